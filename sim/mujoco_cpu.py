@@ -1,0 +1,162 @@
+"""The embedded CPU backend: N MuJoCo simulations stepped in native threads with the GIL released.
+
+Stepping goes through ``mujoco.rollout`` with a persistent thread pool: one call advances every env by
+``nsubsteps`` physics steps in C, reading the full physics state and the held controls from preallocated
+arrays. We measured it against a Python thread pool calling ``mj_step`` per env (benchmarks/sim_throughput.py):
+rollout is faster at every N because the per-env Python overhead and GIL hand-offs are gone.
+
+The batched state lives in one numpy array ``[N, nstate]`` (mjSTATE_FULLPHYSICS) and one ``[N, nuser]``
+(ctrl, mocap pose); the torch tensors handed to tasks are zero-copy views of them.
+
+MuJoCo resets a diverged ``MjData`` silently (it only bumps a warning counter). We disable that auto-reset
+so a divergence shows up as non-finite state, which the env turns into ``terminated`` for that env alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+import mujoco
+import mujoco.rollout
+import numpy as np
+import torch
+
+from sim.core import Physics, SimState
+
+_S = mujoco.mjtState
+_FULL = _S.mjSTATE_FULLPHYSICS.value
+_USER = _S.mjSTATE_CTRL.value | _S.mjSTATE_MOCAP_POS.value | _S.mjSTATE_MOCAP_QUAT.value
+
+
+def _component_slices(model: mujoco.MjModel, spec: int, parts: list[int]) -> dict[int, slice]:
+    """Offsets of each mjtState component inside a state vector of signature ``spec`` (bit order)."""
+    out, adr = {}, 0
+    bit = 1
+    while bit <= spec:
+        if spec & bit:
+            size = mujoco.mj_stateSize(model, bit)
+            if bit in parts:
+                out[bit] = slice(adr, adr + size)
+            adr += size
+        bit <<= 1
+    return out
+
+
+class MujocoPhysics(Physics):
+    """Batched native MuJoCo on the CPU."""
+
+    def __init__(self, model: mujoco.MjModel, num_envs: int, num_threads: int = 2) -> None:
+        model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_AUTORESET.value
+        self.model, self.num_envs = model, num_envs
+        self.num_threads = num_threads
+        self.nstate = mujoco.mj_stateSize(model, _FULL)
+        self.nuser = mujoco.mj_stateSize(model, _USER)
+        self._state = np.zeros((num_envs, self.nstate))
+        self._user = np.zeros((num_envs, self.nuser))
+        self._sens = np.zeros((num_envs, model.nsensordata))
+        self._warmstart = np.zeros((num_envs, model.nv))
+        self._scratch = mujoco.MjData(model)
+        mujoco.mj_resetData(model, self._scratch)
+        mujoco.mj_forward(model, self._scratch)
+        # Every env starts at the model's default state.
+        mujoco.mj_getState(model, self._scratch, self._state[0], _FULL)
+        mujoco.mj_getState(model, self._scratch, self._user[0], _USER)
+        self._state[:] = self._state[0]
+        self._user[:] = self._user[0]
+        self._sens[:] = self._scratch.sensordata
+        self._datas = [mujoco.MjData(model) for _ in range(num_threads)]
+        self._models = [model] * num_envs  # rollout takes one model per env (per-env models: randomization)
+        self._pool = mujoco.rollout.Rollout(nthread=num_threads if num_threads > 1 else 0)
+        self._out_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+
+        sl = _component_slices(model, _FULL, [_S.mjSTATE_QPOS.value, _S.mjSTATE_QVEL.value])
+        us = _component_slices(model, _USER, [_S.mjSTATE_CTRL.value, _S.mjSTATE_MOCAP_POS.value,
+                                               _S.mjSTATE_MOCAP_QUAT.value])
+        t_state, t_user = torch.from_numpy(self._state), torch.from_numpy(self._user)
+        nm = model.nmocap
+        self.state = SimState(
+            model,
+            qpos=t_state[:, sl[_S.mjSTATE_QPOS.value]],
+            qvel=t_state[:, sl[_S.mjSTATE_QVEL.value]],
+            ctrl=t_user[:, us[_S.mjSTATE_CTRL.value]],
+            mocap_pos=t_user[:, us[_S.mjSTATE_MOCAP_POS.value]].view(num_envs, nm, 3),
+            mocap_quat=t_user[:, us[_S.mjSTATE_MOCAP_QUAT.value]].view(num_envs, nm, 4),
+            sensordata=torch.from_numpy(self._sens),
+        )
+        # Views must alias the arrays: tasks write resets through them.
+        assert self.state.qpos.data_ptr() >= t_state.data_ptr()
+
+    def _outputs(self, nsubsteps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if nsubsteps not in self._out_cache:
+            n, m = self.num_envs, self.model
+            self._out_cache[nsubsteps] = (
+                np.zeros((n, nsubsteps, self.nuser)),
+                np.zeros((n, nsubsteps, self.nstate)),
+                np.zeros((n, nsubsteps, m.nsensordata)),
+            )
+        return self._out_cache[nsubsteps]
+
+    def step(self, ctrl: torch.Tensor, nsubsteps: int) -> torch.Tensor:
+        self.state.ctrl.copy_(ctrl.to(self.state.ctrl.dtype))
+        control, state_out, sens_out = self._outputs(nsubsteps)
+        control[:] = self._user[:, None, :]
+        # Warm start zeroed each control step: the result of an env then depends only on its own state
+        # and controls, never on which thread's MjData ran it before (determinism under threading).
+        self._pool.rollout(
+            self._models, self._datas, self._state, control, control_spec=_USER, skip_checks=True,
+            nstep=nsubsteps, initial_warmstart=self._warmstart, state=state_out, sensordata=sens_out,
+            chunk_size=max(1, self.num_envs // (self.num_threads * 4)),
+        )
+        self._state[:] = state_out[:, -1]
+        self._sens[:] = sens_out[:, -1]
+        return torch.zeros(self.num_envs, dtype=torch.bool)
+
+    def forward(self, env_ids: torch.Tensor) -> None:
+        d, m = self._scratch, self.model
+        for i in env_ids.tolist():
+            mujoco.mj_setState(m, d, self._state[i], _FULL)
+            mujoco.mj_setState(m, d, self._user[i], _USER)
+            mujoco.mj_forward(m, d)
+            self._sens[i] = d.sensordata
+
+    def _renderer(self, width: int, height: int) -> mujoco.Renderer:
+        key = (width, height)
+        if key not in self._renderers:
+            os.environ.setdefault("MUJOCO_GL", "egl")
+            r = mujoco.Renderer(self.model, height=height, width=width)
+            # Shadows, reflections and the skybox cost ~70 ms a frame on a CPU renderer (DESIGN.md §4).
+            for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
+                         mujoco.mjtRndFlag.mjRND_SKYBOX):
+                r.scene.flags[flag] = 0
+            self._renderers[key] = r
+        return self._renderers[key]
+
+    def render(self, camera: str, width: int, height: int, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        ids = range(self.num_envs) if env_ids is None else env_ids.tolist()
+        r, d, m = self._renderer(width, height), self._scratch, self.model
+        frames = np.empty((len(ids), height, width, 3), dtype=np.uint8)
+        for j, i in enumerate(ids):
+            mujoco.mj_setState(m, d, self._state[i], _FULL)
+            mujoco.mj_setState(m, d, self._user[i], _USER)
+            mujoco.mj_forward(m, d)
+            r.update_scene(d, camera=camera)
+            frames[j] = r.render()
+        return torch.from_numpy(frames).permute(0, 3, 1, 2).contiguous()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"state": torch.from_numpy(self._state.copy()), "user": torch.from_numpy(self._user.copy()),
+                "sensordata": torch.from_numpy(self._sens.copy())}
+
+    def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        self._state[:] = sd["state"].numpy()
+        self._user[:] = sd["user"].numpy()
+        self._sens[:] = sd["sensordata"].numpy()
+
+    def close(self) -> None:
+        for r in self._renderers.values():
+            r.close()
+        self._renderers.clear()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None

@@ -1,0 +1,92 @@
+"""Names to objects, for the CLI and the gymnasium adapter (the library itself passes built objects)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from robot_rl.env import VecEnv
+from sim.core import MujocoFamilyEnv, SimConfig, Task
+
+
+def _tasks() -> dict[str, tuple[type, type]]:
+    from sim.tasks.so101_lift import LiftConfig, LiftTask
+    from sim.tasks.so101_push import PushConfig, PushTask
+    from sim.tasks.so101_reach import ReachConfig, ReachTask
+
+    return {
+        "so101_reach": (ReachTask, ReachConfig),
+        "so101_lift": (LiftTask, LiftConfig),
+        "so101_push": (PushTask, PushConfig),
+    }
+
+
+def _mujoco_physics(task: Task, cfg: SimConfig):
+    from sim.mujoco_cpu import MujocoPhysics
+
+    return MujocoPhysics(task.build_spec().compile(), cfg.num_envs, cfg.num_threads)
+
+
+BACKENDS: dict[str, Callable[[Task, SimConfig], Any]] = {"mujoco": _mujoco_physics}
+
+
+def task_names() -> list[str]:
+    return sorted(_tasks())
+
+
+def task_config(name: str, overrides: dict[str, Any] | None = None) -> Any:
+    """The typed config of a task, with overrides applied; unknown names and fields are clear errors."""
+    tasks = _tasks()
+    if name not in tasks:
+        raise ValueError(f"unknown task {name!r}; available tasks: {sorted(tasks)}")
+    cfg_cls = tasks[name][1]
+    overrides = dict(overrides or {})
+    fields = {f.name for f in dataclasses.fields(cfg_cls)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(f"task {name!r} has no option(s) {unknown}; its options are {sorted(fields)}")
+    return cfg_cls(**overrides)
+
+
+def make_task(name: str, cfg: Any | None = None) -> Task:
+    tasks = _tasks()
+    if name not in tasks:
+        raise ValueError(f"unknown task {name!r}; available tasks: {sorted(tasks)}")
+    task_cls, cfg_cls = tasks[name]
+    return task_cls(cfg if cfg is not None else cfg_cls())
+
+
+def make_env(task: str | Task, sim: SimConfig | None = None, task_cfg: Any | None = None) -> VecEnv:
+    """Build a batched env: ``make_env("so101_lift", SimConfig(num_envs=64))``."""
+    sim = sim or SimConfig()
+    if sim.backend not in BACKENDS:
+        raise ValueError(f"unknown sim backend {sim.backend!r}; available backends: {sorted(BACKENDS)}")
+    task_obj = make_task(task, task_cfg) if isinstance(task, str) else task
+    physics = BACKENDS[sim.backend](task_obj, sim)
+    return MujocoFamilyEnv(task_obj, physics, sim)
+
+
+def config_from_dict(name: str, values: dict[str, Any]) -> Any:
+    """Typed task config from a plain dict (Hydra's ``cfg.task`` minus ``name``), via OmegaConf's type checks."""
+    from omegaconf import OmegaConf
+
+    tasks = _tasks()
+    if name not in tasks:
+        raise ValueError(f"unknown task {name!r}; available tasks: {sorted(tasks)}")
+    schema = OmegaConf.structured(tasks[name][1])
+    try:
+        merged = OmegaConf.merge(schema, OmegaConf.create(values))
+    except Exception as e:  # omegaconf's ValidationError / ConfigKeyError name the key and the expected type
+        raise ValueError(f"bad config for task {name!r}: {e}") from None
+    return OmegaConf.to_object(merged)
+
+
+def sim_config_from_dict(values: dict[str, Any]) -> SimConfig:
+    from omegaconf import OmegaConf
+
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(SimConfig), OmegaConf.create(values))
+        return OmegaConf.to_object(merged)
+    except Exception as e:
+        raise ValueError(f"bad sim config: {e}") from None

@@ -1,0 +1,94 @@
+"""Pieces the SO-101 tasks share: the scene with the sensors they read, the home pose, arm resets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import torch
+
+from sim import so101
+from sim.core import SimState
+
+CAMERAS = ("front", "wrist")
+
+
+def validate_cameras(cameras: list[str]) -> None:
+    bad = [c for c in cameras if c not in CAMERAS]
+    if bad:
+        raise ValueError(f"unknown camera(s) {bad}; the SO-101 scene has {list(CAMERAS)}")
+
+
+def scene_spec(sites: tuple[str, ...] = (), bodies: tuple[str, ...] = (), quats: tuple[str, ...] = (),
+               linvel_bodies: tuple[str, ...] = ()) -> mujoco.MjSpec:
+    """The SO-101 table scene with a ``framepos`` sensor ``<name>_pos`` per site/body the task reads.
+
+    Tasks read world poses through sensors so every backend serves them the same way (``SimState.sensor``).
+    """
+    spec = mujoco.MjSpec.from_file(str(so101.SCENE_XML))
+    for s in sites:
+        spec.add_sensor(name=f"{s}_pos", type=mujoco.mjtSensor.mjSENS_FRAMEPOS, objtype=mujoco.mjtObj.mjOBJ_SITE,
+                        objname=s)
+    for b in bodies:
+        spec.add_sensor(name=f"{b}_pos", type=mujoco.mjtSensor.mjSENS_FRAMEPOS, objtype=mujoco.mjtObj.mjOBJ_BODY,
+                        objname=b)
+    for b in quats:
+        spec.add_sensor(name=f"{b}_quat", type=mujoco.mjtSensor.mjSENS_FRAMEQUAT, objtype=mujoco.mjtObj.mjOBJ_BODY,
+                        objname=b)
+    for b in linvel_bodies:
+        spec.add_sensor(name=f"{b}_linvel", type=mujoco.mjtSensor.mjSENS_FRAMELINVEL,
+                        objtype=mujoco.mjtObj.mjOBJ_BODY, objname=b)
+    return spec
+
+
+@dataclass
+class HomeState:
+    qpos: torch.Tensor  # [nq], float64
+    ctrl: torch.Tensor  # [nu], float64
+
+
+def home_state(model: mujoco.MjModel, device: torch.device) -> HomeState:
+    """The ``home`` keyframe (arm at rest, cube on the table), or qpos0 when the model has none."""
+    kid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, "home")
+    if kid >= 0:
+        return HomeState(torch.as_tensor(model.key_qpos[kid].copy(), device=device),
+                         torch.as_tensor(model.key_ctrl[kid].copy(), device=device))
+    return HomeState(torch.as_tensor(model.qpos0.copy(), device=device), torch.zeros(model.nu, dtype=torch.float64))
+
+
+def reset_arm(state: SimState, arm: so101.SO101Arm, home: HomeState, env_ids: torch.Tensor, gen: torch.Generator,
+              noise: float) -> None:
+    """Home pose plus uniform joint noise (rad) on the five arm joints; velocities zero; targets = positions."""
+    n = len(env_ids)
+    qpos = home.qpos.to(state.qpos.dtype).expand(n, -1).clone()
+    eps = (torch.rand(n, 5, generator=gen, dtype=torch.float64) * 2 - 1) * noise
+    idx = arm.qpos_idx[:5]
+    q = (qpos[:, idx] + eps.to(qpos.device)).clamp(arm.low[:5].double(), arm.high[:5].double())
+    qpos[:, idx] = q
+    state.qpos[env_ids] = qpos
+    state.qvel[env_ids] = 0.0
+    ctrl = home.ctrl.to(state.ctrl.dtype).expand(n, -1).clone()
+    ctrl[:, arm.act_idx[:5]] = q.to(ctrl.dtype)
+    state.ctrl[env_ids] = ctrl
+
+
+def add_pad_contacts(spec: mujoco.MjSpec, geom: str) -> None:
+    """Contact sensors ``fixed_pad_contact``/``moving_pad_contact``: number of contacts of each pad with ``geom``."""
+    for pad in ("fixed_pad", "moving_pad"):
+        spec.add_sensor(name=f"{pad}_contact", type=mujoco.mjtSensor.mjSENS_CONTACT, objtype=mujoco.mjtObj.mjOBJ_GEOM,
+                        objname=pad, reftype=mujoco.mjtObj.mjOBJ_GEOM, refname=geom, intprm=[1, 0, 1])
+
+
+def place_cube(state: SimState, env_ids: torch.Tensor, gen: torch.Generator, qadr: int, dadr: int,
+               low: torch.Tensor, high: torch.Tensor, max_yaw: float, half: float = 0.0125) -> torch.Tensor:
+    """Put the cube flat on the table at a uniform xy in [low, high] with yaw in [-max_yaw, max_yaw]; returns xy."""
+    n = len(env_ids)
+    u = torch.rand(n, 3, generator=gen, dtype=torch.float64).to(state.qpos.device)
+    xy = low.double() + u[:, :2] * (high - low).double()
+    yaw = (u[:, 2] * 2 - 1) * max_yaw
+    q = torch.zeros(n, 7, dtype=state.qpos.dtype, device=state.qpos.device)
+    q[:, :2], q[:, 2] = xy, half
+    q[:, 3], q[:, 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)  # quaternion w x y z about +z
+    state.qpos[env_ids, qadr:qadr + 7] = q
+    state.qvel[env_ids, dadr:dadr + 6] = 0.0
+    return xy.float()

@@ -1,0 +1,116 @@
+"""so101_lift: grasp a randomly placed 2.5 cm cube and lift it 5 cm off the table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import mujoco
+import torch
+
+from robot_rl import keys
+from robot_rl.env import Obs, ObsSpec
+from sim import so101
+from sim.core import SimState, Task
+from sim.tasks import common
+
+CUBE_HALF = 0.0125  # m, half the cube's side
+
+
+@dataclass
+class LiftConfig:
+    """so101_lift. Positions in metres in the world frame (the arm's base at the origin, +x in front)."""
+
+    episode_length: int = 150  # control steps (30 Hz: 5 s)
+    decimation: int = 10  # physics steps per control step (timestep 1/300 s -> 30 Hz control)
+    action_mode: str = "delta"  # "delta" (joint targets relative to the measured position) or "absolute"
+    max_delta: float = 0.08  # rad per control step for arm joints at |a| = 1
+    max_delta_gripper: float = 0.15  # rad per control step for the gripper at |a| = 1
+    init_joint_noise: float = 0.05  # rad, uniform noise around the home pose at reset
+    cube_low: list[float] = field(default_factory=lambda: [0.16, -0.08])  # m, x y of the cube's spawn box
+    cube_high: list[float] = field(default_factory=lambda: [0.24, 0.08])  # m
+    cube_yaw: float = 0.7854  # rad, cube yaw drawn from [-cube_yaw, cube_yaw]
+    lift_height: float = 0.05  # m above the resting height that counts as lifted
+    terminate_on_success: bool = True
+    reward_weights: dict[str, float] = field(
+        default_factory=lambda: {"reach": 2.0, "grasp": 0.5, "lift": 2.0, "success": 20.0}
+    )
+    cameras: list[str] = field(default_factory=list)  # e.g. ["front", "wrist"] to add image observations
+    image_width: int = 128  # px
+    image_height: int = 128  # px
+
+
+class LiftTask(Task):
+    name = "so101_lift"
+    instruction = "Pick up the red cube and lift it."
+
+    def __init__(self, cfg: LiftConfig) -> None:
+        common.validate_cameras(cfg.cameras)
+        self.cfg = cfg
+        self.decimation = cfg.decimation
+        self.action_dim = 6
+
+    def build_spec(self) -> mujoco.MjSpec:
+        spec = common.scene_spec(sites=("grasp",), bodies=("cube",), quats=("cube",), linvel_bodies=("cube",))
+        common.add_pad_contacts(spec, "cube")
+        return spec
+
+    def bind(self, model: mujoco.MjModel, num_envs: int, device: torch.device) -> None:
+        self.arm = so101.SO101Arm(model, device, self.cfg.max_delta, self.cfg.max_delta_gripper, self.cfg.action_mode)
+        self.home = common.home_state(model, device)
+        jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, "cube")
+        self.cube_qadr = int(model.jnt_qposadr[jid])
+        self.cube_dadr = int(model.jnt_dofadr[jid])
+        self.last_action = torch.zeros(num_envs, 6, device=device)
+        self.low = torch.tensor(self.cfg.cube_low, device=device)
+        self.high = torch.tensor(self.cfg.cube_high, device=device)
+
+    def obs_spec(self) -> ObsSpec:
+        return ObsSpec({keys.POLICY: (33,), keys.CRITIC: (36,)})
+
+    def reset(self, state: SimState, env_ids: torch.Tensor, gen: torch.Generator) -> None:
+        common.reset_arm(state, self.arm, self.home, env_ids, gen, self.cfg.init_joint_noise)
+        common.place_cube(state, env_ids, gen, self.cube_qadr, self.cube_dadr, self.low, self.high, self.cfg.cube_yaw)
+        self.last_action[env_ids] = 0.0
+
+    def action_to_ctrl(self, state: SimState, action: torch.Tensor) -> torch.Tensor:
+        self.last_action.copy_(action)
+        return self.arm.action_to_ctrl(state.qpos, state.ctrl, action)
+
+    def _grasped(self, state: SimState) -> torch.Tensor:
+        return (state.sensor("fixed_pad_contact")[:, 0] > 0) & (state.sensor("moving_pad_contact")[:, 0] > 0)
+
+    def _height(self, state: SimState) -> torch.Tensor:
+        return state.sensor("cube_pos")[:, 2].float() - CUBE_HALF
+
+    def observations(self, state: SimState) -> Obs:
+        grasp, cube = state.sensor("grasp_pos").float(), state.sensor("cube_pos").float()
+        contacts = torch.stack([state.sensor("fixed_pad_contact")[:, 0] > 0,
+                                state.sensor("moving_pad_contact")[:, 0] > 0], dim=1).float()
+        policy = torch.cat([self.arm.qpos(state.qpos), 0.1 * self.arm.qvel(state.qvel), grasp, cube, cube - grasp,
+                            state.sensor("cube_quat").float(), contacts, self.last_action], dim=1)
+        critic = torch.cat([policy, state.sensor("cube_linvel").float()], dim=1)
+        return {keys.POLICY: policy, keys.CRITIC: critic}
+
+    def reward_terms(self, state: SimState, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        d = torch.linalg.norm(state.sensor("cube_pos").float() - state.sensor("grasp_pos").float(), dim=1)
+        h = self._height(state)
+        # Every shaping term is <= 0 so that finishing early (success ends the episode) is never avoided.
+        return {
+            "reach": -d,  # m
+            "grasp": self._grasped(state).float() - 1.0,
+            "lift": -(self.cfg.lift_height - h).clamp(0.0, self.cfg.lift_height) / self.cfg.lift_height,
+            "success": self.success(state).float(),
+        }
+
+    def success(self, state: SimState) -> torch.Tensor:
+        return (self._height(state) >= self.cfg.lift_height) & self._grasped(state)
+
+    def terminated(self, state: SimState) -> torch.Tensor:
+        return state.sensor("cube_pos")[:, 2] < -0.05  # fell off the table
+
+    def cameras(self) -> list[str]:
+        return list(self.cfg.cameras)
+
+    def task_state_dict(self) -> dict[str, torch.Tensor]:
+        return {"last_action": self.last_action}
+

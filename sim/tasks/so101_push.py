@@ -1,0 +1,115 @@
+"""so101_push: push a 2.5 cm cube along the table onto a marked goal spot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import mujoco
+import torch
+
+from robot_rl import keys
+from robot_rl.env import Obs, ObsSpec
+from sim import so101
+from sim.core import SimState, Task
+from sim.tasks import common
+
+
+@dataclass
+class PushConfig:
+    """so101_push. Positions in metres in the world frame (the arm's base at the origin, +x in front)."""
+
+    episode_length: int = 200  # control steps (30 Hz: 6.7 s)
+    decimation: int = 10  # physics steps per control step (timestep 1/300 s -> 30 Hz control)
+    action_mode: str = "delta"  # "delta" (joint targets relative to the measured position) or "absolute"
+    max_delta: float = 0.08  # rad per control step for arm joints at |a| = 1
+    max_delta_gripper: float = 0.15  # rad per control step for the gripper at |a| = 1
+    init_joint_noise: float = 0.05  # rad, uniform noise around the home pose at reset
+    cube_low: list[float] = field(default_factory=lambda: [0.17, -0.06])  # m, x y of the cube's spawn box
+    cube_high: list[float] = field(default_factory=lambda: [0.22, 0.06])  # m
+    push_distance: list[float] = field(default_factory=lambda: [0.06, 0.10])  # m, cube-to-goal distance range
+    goal_angle: float = 1.0472  # rad, goal direction from the cube drawn within +-goal_angle of +x
+    success_threshold: float = 0.025  # m, cube-to-goal distance in the table plane that counts as placed
+    terminate_on_success: bool = True
+    reward_weights: dict[str, float] = field(
+        default_factory=lambda: {"reach": 1.0, "push": 5.0, "success": 20.0}
+    )
+    cameras: list[str] = field(default_factory=list)  # e.g. ["front", "wrist"] to add image observations
+    image_width: int = 128  # px
+    image_height: int = 128  # px
+
+
+class PushTask(Task):
+    name = "so101_push"
+    instruction = "Push the red cube onto the blue circle."
+
+    def __init__(self, cfg: PushConfig) -> None:
+        common.validate_cameras(cfg.cameras)
+        self.cfg = cfg
+        self.decimation = cfg.decimation
+        self.action_dim = 6
+
+    def build_spec(self) -> mujoco.MjSpec:
+        return common.scene_spec(sites=("ee", "grasp"), bodies=("cube",), linvel_bodies=("cube",))
+
+    def bind(self, model: mujoco.MjModel, num_envs: int, device: torch.device) -> None:
+        self.arm = so101.SO101Arm(model, device, self.cfg.max_delta, self.cfg.max_delta_gripper, self.cfg.action_mode)
+        self.home = common.home_state(model, device)
+        jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, "cube")
+        self.cube_qadr, self.cube_dadr = int(model.jnt_qposadr[jid]), int(model.jnt_dofadr[jid])
+        self.goal_mocap = int(model.body_mocapid[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "goal")])
+        self.goal = torch.zeros(num_envs, 2, device=device)
+        self.last_action = torch.zeros(num_envs, 6, device=device)
+        self.low = torch.tensor(self.cfg.cube_low, device=device)
+        self.high = torch.tensor(self.cfg.cube_high, device=device)
+
+    def obs_spec(self) -> ObsSpec:
+        return ObsSpec({keys.POLICY: (31,), keys.CRITIC: (34,)})
+
+    def reset(self, state: SimState, env_ids: torch.Tensor, gen: torch.Generator) -> None:
+        common.reset_arm(state, self.arm, self.home, env_ids, gen, self.cfg.init_joint_noise)
+        xy = common.place_cube(state, env_ids, gen, self.cube_qadr, self.cube_dadr, self.low, self.high, 0.0)
+        n = len(env_ids)
+        u = torch.rand(n, 2, generator=gen).to(xy.device)
+        lo, hi = self.cfg.push_distance
+        dist = lo + u[:, 0] * (hi - lo)
+        # Goals lie away from the base (+x) within +-goal_angle: pushing outward is what the arm does best.
+        ang = (u[:, 1] * 2 - 1) * self.cfg.goal_angle
+        self.goal[env_ids] = xy + torch.stack([torch.cos(ang), torch.sin(ang)], dim=1) * dist[:, None]
+        pos = state.mocap_pos[env_ids, self.goal_mocap]
+        pos[:, :2] = self.goal[env_ids].to(pos.dtype)
+        state.mocap_pos[env_ids, self.goal_mocap] = pos
+        self.last_action[env_ids] = 0.0
+
+    def action_to_ctrl(self, state: SimState, action: torch.Tensor) -> torch.Tensor:
+        self.last_action.copy_(action)
+        return self.arm.action_to_ctrl(state.qpos, state.ctrl, action)
+
+    def _goal_distance(self, state: SimState) -> torch.Tensor:
+        return torch.linalg.norm(state.sensor("cube_pos")[:, :2].float() - self.goal, dim=1)
+
+    def observations(self, state: SimState) -> Obs:
+        ee, cube = state.sensor("ee_pos").float(), state.sensor("cube_pos").float()
+        policy = torch.cat([self.arm.qpos(state.qpos), 0.1 * self.arm.qvel(state.qvel), ee, cube, cube - ee,
+                            self.goal, self.goal - cube[:, :2], self.last_action], dim=1)
+        critic = torch.cat([policy, state.sensor("cube_linvel").float()], dim=1)
+        return {keys.POLICY: policy, keys.CRITIC: critic}
+
+    def reward_terms(self, state: SimState, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        d_reach = torch.linalg.norm(state.sensor("cube_pos").float() - state.sensor("grasp_pos").float(), dim=1)
+        return {
+            "reach": -d_reach,  # m, keep the fingers at the cube
+            "push": -self._goal_distance(state),  # m
+            "success": self.success(state).float(),
+        }
+
+    def success(self, state: SimState) -> torch.Tensor:
+        return self._goal_distance(state) < self.cfg.success_threshold
+
+    def terminated(self, state: SimState) -> torch.Tensor:
+        return state.sensor("cube_pos")[:, 2] < -0.05  # fell off the table
+
+    def cameras(self) -> list[str]:
+        return list(self.cfg.cameras)
+
+    def task_state_dict(self) -> dict[str, torch.Tensor]:
+        return {"goal": self.goal, "last_action": self.last_action}

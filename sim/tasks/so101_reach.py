@@ -1,0 +1,105 @@
+"""so101_reach: bring the SO-101's tool frame to a random target point above the table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import mujoco
+import torch
+
+from robot_rl import keys
+from robot_rl.env import Obs, ObsSpec
+from sim import so101
+from sim.core import SimState, Task
+from sim.tasks import common
+
+
+@dataclass
+class ReachConfig:
+    """so101_reach. Positions in metres in the world frame (the arm's base at the origin, +x in front)."""
+
+    episode_length: int = 100  # control steps (30 Hz: 3.3 s)
+    decimation: int = 10  # physics steps per control step (timestep 1/300 s -> 30 Hz control)
+    action_mode: str = "delta"  # "delta" (joint targets relative to the measured position) or "absolute"
+    max_delta: float = 0.08  # rad per control step for arm joints at |a| = 1
+    max_delta_gripper: float = 0.15  # rad per control step for the gripper at |a| = 1
+    init_joint_noise: float = 0.1  # rad, uniform noise around the home pose at reset
+    target_low: list[float] = field(default_factory=lambda: [0.15, -0.15, 0.05])  # m
+    target_high: list[float] = field(default_factory=lambda: [0.30, 0.15, 0.25])  # m
+    success_threshold: float = 0.02  # m, tool-to-target distance that counts as reached
+    terminate_on_success: bool = True
+    reward_weights: dict[str, float] = field(
+        default_factory=lambda: {"distance": 1.0, "near": 0.0, "success": 10.0, "action_rate": 0.01}
+    )
+    cameras: list[str] = field(default_factory=list)  # e.g. ["front", "wrist"] to add image observations
+    image_width: int = 128  # px
+    image_height: int = 128  # px
+
+
+class ReachTask(Task):
+    name = "so101_reach"
+    instruction = "Move the gripper to the green target."
+
+    def __init__(self, cfg: ReachConfig) -> None:
+        common.validate_cameras(cfg.cameras)
+        self.cfg = cfg
+        self.decimation = cfg.decimation
+        self.action_dim = 6
+
+    def build_spec(self) -> mujoco.MjSpec:
+        return common.scene_spec(sites=("ee",))
+
+    def bind(self, model: mujoco.MjModel, num_envs: int, device: torch.device) -> None:
+        self.arm = so101.SO101Arm(model, device, self.cfg.max_delta, self.cfg.max_delta_gripper, self.cfg.action_mode)
+        self.home = common.home_state(model, device)
+        self.target_mocap = int(model.body_mocapid[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "target")])
+        self.target = torch.zeros(num_envs, 3, device=device)
+        self.last_action = torch.zeros(num_envs, 6, device=device)
+        self.prev_action = torch.zeros(num_envs, 6, device=device)
+        self.low = torch.tensor(self.cfg.target_low, device=device)
+        self.high = torch.tensor(self.cfg.target_high, device=device)
+
+    def obs_spec(self) -> ObsSpec:
+        return ObsSpec({keys.POLICY: (27,), keys.CRITIC: (27,)})
+
+    def reset(self, state: SimState, env_ids: torch.Tensor, gen: torch.Generator) -> None:
+        common.reset_arm(state, self.arm, self.home, env_ids, gen, self.cfg.init_joint_noise)
+        n = len(env_ids)
+        u = torch.rand(n, 3, generator=gen).to(self.target.device)
+        self.target[env_ids] = self.low + u * (self.high - self.low)
+        state.mocap_pos[env_ids, self.target_mocap] = self.target[env_ids].to(state.mocap_pos.dtype)
+        self.last_action[env_ids] = 0.0
+        self.prev_action[env_ids] = 0.0
+
+    def action_to_ctrl(self, state: SimState, action: torch.Tensor) -> torch.Tensor:
+        self.prev_action.copy_(self.last_action)
+        self.last_action.copy_(action)
+        return self.arm.action_to_ctrl(state.qpos, state.ctrl, action)
+
+    def _distance(self, state: SimState) -> torch.Tensor:
+        return torch.linalg.norm(state.sensor("ee_pos").float() - self.target, dim=1)
+
+    def observations(self, state: SimState) -> Obs:
+        ee = state.sensor("ee_pos").float()
+        obs = torch.cat(
+            [self.arm.qpos(state.qpos), 0.1 * self.arm.qvel(state.qvel), ee, self.target, self.target - ee,
+             self.last_action], dim=1)
+        return {keys.POLICY: obs, keys.CRITIC: obs}
+
+    def reward_terms(self, state: SimState, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        d = self._distance(state)
+        return {
+            "distance": -d,  # m; negative so that ending early (success) is never avoided
+            "near": torch.exp(-d / 0.02) - 1.0,  # sharper pull within a few cm, <= 0
+            "success": self.success(state).float(),
+            "action_rate": -torch.sum((self.last_action - self.prev_action) ** 2, dim=1),
+        }
+
+    def success(self, state: SimState) -> torch.Tensor:
+        return self._distance(state) < self.cfg.success_threshold
+
+    def cameras(self) -> list[str]:
+        return list(self.cfg.cameras)
+
+    def task_state_dict(self) -> dict[str, torch.Tensor]:
+        return {"target": self.target, "last_action": self.last_action, "prev_action": self.prev_action}
