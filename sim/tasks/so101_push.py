@@ -24,10 +24,10 @@ class PushConfig:
     max_delta: float = 0.08  # rad per control step for arm joints at |a| = 1
     max_delta_gripper: float = 0.15  # rad per control step for the gripper at |a| = 1
     init_joint_noise: float = 0.05  # rad, uniform noise around the home pose at reset
-    cube_low: list[float] = field(default_factory=lambda: [0.17, -0.06])  # m, x y of the cube's spawn box
-    cube_high: list[float] = field(default_factory=lambda: [0.22, 0.06])  # m
-    push_distance: list[float] = field(default_factory=lambda: [0.06, 0.10])  # m, cube-to-goal distance range
-    goal_angle: float = 1.0472  # rad, goal direction from the cube drawn within +-goal_angle of +x
+    cube_low: list[float] = field(default_factory=lambda: [0.17, -0.05])  # m, x y of the cube's spawn box
+    cube_high: list[float] = field(default_factory=lambda: [0.23, 0.05])  # m
+    push_distance: list[float] = field(default_factory=lambda: [0.06, 0.09])  # m, cube-to-goal distance range
+    goal_angle: float = 0.5236  # rad, goal direction within +-goal_angle of the +y or the -y axis (a sideways push)
     success_threshold: float = 0.025  # m, cube-to-goal distance in the table plane that counts as placed
     terminate_on_success: bool = True
     reward_weights: dict[str, float] = field(
@@ -49,7 +49,8 @@ class PushTask(Task):
         self.action_dim = 6
 
     def build_spec(self) -> mujoco.MjSpec:
-        return common.scene_spec(sites=("ee", "grasp"), bodies=("cube",), linvel_bodies=("cube",))
+        spec = common.scene_spec(sites=("ee", "grasp"), bodies=("cube",), linvel_bodies=("cube",))
+        return spec
 
     def bind(self, model: mujoco.MjModel, num_envs: int, device: torch.device) -> None:
         self.arm = so101.SO101Arm(model, device, self.cfg.max_delta, self.cfg.max_delta_gripper, self.cfg.action_mode)
@@ -69,11 +70,12 @@ class PushTask(Task):
         common.reset_arm(state, self.arm, self.home, env_ids, gen, self.cfg.init_joint_noise)
         xy = common.place_cube(state, env_ids, gen, self.cube_qadr, self.cube_dadr, self.low, self.high, 0.0)
         n = len(env_ids)
-        u = torch.rand(n, 2, generator=gen).to(xy.device)
+        u = torch.rand(n, 3, generator=gen).to(xy.device)
         lo, hi = self.cfg.push_distance
         dist = lo + u[:, 0] * (hi - lo)
-        # Goals lie away from the base (+x) within +-goal_angle: pushing outward is what the arm does best.
-        ang = (u[:, 1] * 2 - 1) * self.cfg.goal_angle
+        # Sideways pushes (a sweep of shoulder_pan) keep the fingers low over the table everywhere in reach.
+        side = torch.where(u[:, 2] < 0.5, torch.full_like(dist, torch.pi / 2), torch.full_like(dist, -torch.pi / 2))
+        ang = side + (u[:, 1] * 2 - 1) * self.cfg.goal_angle
         self.goal[env_ids] = xy + torch.stack([torch.cos(ang), torch.sin(ang)], dim=1) * dist[:, None]
         pos = state.mocap_pos[env_ids, self.goal_mocap]
         pos[:, :2] = self.goal[env_ids].to(pos.dtype)
