@@ -41,12 +41,15 @@ def _spaces(venv: VecEnv) -> tuple[spaces.Space, spaces.Box]:
     return obs_space, spaces.Box(-1.0, 1.0, (venv.action_dim,), np.float32)
 
 
-def _to_numpy(obs: dict[str, torch.Tensor], dict_space: bool) -> Any:
-    state = obs[keys.POLICY].cpu().numpy().astype(np.float32)
+def _to_numpy(obs: dict[str, torch.Tensor], dict_space: bool, index: int | None = None) -> Any:
+    """Batched obs -> numpy (all rows, or the row ``index``), as a Box array or a dict of them."""
+    rows = slice(None) if index is None else index
+    state = obs[keys.POLICY][rows].cpu().numpy().astype(np.float32)
     if not dict_space:
         return state
     out = {"state": state}
-    out.update({k[len(keys.IMAGE_PREFIX):]: v.cpu().numpy() for k, v in obs.items() if k.startswith(keys.IMAGE_PREFIX)})
+    out.update({k[len(keys.IMAGE_PREFIX):]: v[rows].cpu().numpy()
+                for k, v in obs.items() if k.startswith(keys.IMAGE_PREFIX)})
     return out
 
 
@@ -73,15 +76,14 @@ class SingleEnv(gymnasium.Env):
         # Without a seed, draw one from gymnasium's generator so reset sequences follow its seeding.
         env_seed = seed if seed is not None else int(self.np_random.integers(2**31))
         obs, _ = self.venv.reset(seed=env_seed)
-        return _to_numpy(obs, self._dict), {}
+        return _to_numpy(obs, self._dict, 0), {}
 
     def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict]:
         a = torch.as_tensor(np.asarray(action, dtype=np.float32)).reshape(1, -1)
         obs, reward, terminated, truncated, info = self.venv.step(a)
         if bool(terminated[0] | truncated[0]):
             obs = info[keys.FINAL_OBS]  # the single-env API shows the last observation; reset() starts anew
-        return (_to_numpy(obs, self._dict)[0] if not self._dict else {k: v[0] for k, v in _to_numpy(obs, True).items()},
-                float(reward[0]), bool(terminated[0]), bool(truncated[0]), {"is_success": bool(info[keys.SUCCESS][0])})
+        return (_to_numpy(obs, self._dict, 0), float(reward[0]), bool(terminated[0]), bool(truncated[0]), {"is_success": bool(info[keys.SUCCESS][0])})
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
@@ -119,7 +121,6 @@ def sb3_vec_env(venv: VecEnv):
             a = torch.as_tensor(np.asarray(self._actions, dtype=np.float32)).reshape(self.num_envs, -1)
             obs, reward, terminated, truncated, info = self.venv.step(a.clamp(-1, 1))
             np_obs = _to_numpy(obs, self._dict)
-            final = _to_numpy(info[keys.FINAL_OBS], self._dict)
             done = (terminated | truncated).cpu().numpy()
             term, trunc = terminated.cpu().numpy(), truncated.cpu().numpy()
             succ = info[keys.SUCCESS].cpu().numpy()
@@ -127,7 +128,7 @@ def sb3_vec_env(venv: VecEnv):
             for i in range(self.num_envs):
                 d: dict[str, Any] = {"is_success": bool(succ[i])}
                 if done[i]:
-                    d["terminal_observation"] = final[i] if not self._dict else {k: v[i] for k, v in final.items()}
+                    d["terminal_observation"] = _to_numpy(info[keys.FINAL_OBS], self._dict, i)
                     d["TimeLimit.truncated"] = bool(trunc[i] and not term[i])
                     if keys.EPISODE in info:
                         ep = info[keys.EPISODE]

@@ -28,7 +28,13 @@ def _mujoco_physics(task: Task, cfg: SimConfig):
     return MujocoPhysics(task.build_spec().compile(), cfg.num_envs, cfg.num_threads)
 
 
-BACKENDS: dict[str, Callable[[Task, SimConfig], Any]] = {"mujoco": _mujoco_physics}
+def _mjx_physics(task: Task, cfg: SimConfig):
+    from sim.mjx import MjxPhysics
+
+    return MjxPhysics(task.build_spec().compile(), cfg.num_envs, cfg.device)
+
+
+BACKENDS: dict[str, Callable[[Task, SimConfig], Any]] = {"mujoco": _mujoco_physics, "mjx": _mjx_physics}
 
 
 def task_names() -> list[str]:

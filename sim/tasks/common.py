@@ -53,7 +53,7 @@ def home_state(model: mujoco.MjModel, device: torch.device) -> HomeState:
     if kid >= 0:
         return HomeState(torch.as_tensor(model.key_qpos[kid].copy(), device=device),
                          torch.as_tensor(model.key_ctrl[kid].copy(), device=device))
-    return HomeState(torch.as_tensor(model.qpos0.copy(), device=device), torch.zeros(model.nu, dtype=torch.float64))
+    return HomeState(torch.as_tensor(model.qpos0.copy(), device=device), torch.zeros(model.nu, dtype=torch.float64, device=device))
 
 
 def reset_arm(state: SimState, arm: so101.SO101Arm, home: HomeState, env_ids: torch.Tensor, gen: torch.Generator,
@@ -64,7 +64,7 @@ def reset_arm(state: SimState, arm: so101.SO101Arm, home: HomeState, env_ids: to
     eps = (torch.rand(n, 5, generator=gen, dtype=torch.float64) * 2 - 1) * noise
     idx = arm.qpos_idx[:5]
     q = (qpos[:, idx] + eps.to(qpos.device)).clamp(arm.low[:5].double(), arm.high[:5].double())
-    qpos[:, idx] = q
+    qpos[:, idx] = q.to(qpos.dtype)
     state.qpos[env_ids] = qpos
     state.qvel[env_ids] = 0.0
     ctrl = home.ctrl.to(state.ctrl.dtype).expand(n, -1).clone()

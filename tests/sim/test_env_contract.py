@@ -1,0 +1,164 @@
+"""The VecEnv contract on every SO-101 task with the embedded MuJoCo backend (real MuJoCo, small N)."""
+
+import pytest
+import torch
+
+from robot_rl import keys
+from sim.core import SimConfig
+from sim.registry import make_env, task_config, task_names
+
+TASKS = ["so101_reach", "so101_lift", "so101_push"]
+
+
+def _env(task, n=4, seed=0, **task_overrides):
+    return make_env(task, SimConfig(num_envs=n, num_threads=2, seed=seed), task_config(task, task_overrides))
+
+
+def _rand_actions(steps, n, a, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(n, a, generator=g) * 2 - 1 for _ in range(steps)]
+
+
+def test_registry_lists_the_tasks():
+    assert set(TASKS) <= set(task_names())
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_reset_step_shapes_and_finite(task):
+    env = _env(task)
+    obs, info = env.reset(seed=1)
+    for group, shape in env.obs_spec.shapes.items():
+        assert obs[group].shape == (4, *shape)
+        assert obs[group].dtype == env.obs_spec.dtype(group)
+    assert env.instruction and isinstance(env.instruction, str)
+    for a in _rand_actions(30, 4, env.action_dim, 0):
+        obs, reward, terminated, truncated, info = env.step(a)
+        assert reward.shape == (4,) and terminated.shape == (4,) and truncated.shape == (4,)
+        assert terminated.dtype == torch.bool and truncated.dtype == torch.bool
+        assert not (terminated & truncated).any()
+        assert torch.isfinite(reward).all()
+        assert all(torch.isfinite(v).all() for v in obs.values())
+        assert all(k.startswith(("reward/", "sim/")) for k in info[keys.LOG])
+    env.close()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_same_seed_same_trajectory(task):
+    actions = _rand_actions(40, 3, 6, 7)
+    runs = []
+    for _ in range(2):
+        env = _env(task, n=3)
+        obs, _ = env.reset(seed=123)
+        traj = [obs[keys.POLICY].clone()]
+        for a in actions:
+            obs, r, *_ = env.step(a)
+            traj += [obs[keys.POLICY].clone(), r.clone()]
+        runs.append(torch.cat([t.flatten() for t in traj]))
+        env.close()
+    assert torch.equal(runs[0], runs[1])
+    env = _env(task, n=3)
+    obs, _ = env.reset(seed=124)
+    assert not torch.equal(obs[keys.POLICY].flatten(), runs[0][: obs[keys.POLICY].numel()])
+
+
+def test_auto_reset_keeps_the_true_final_observation():
+    env = _env("so101_reach", n=2, episode_length=5)
+    obs, _ = env.reset(seed=0)
+    zero = torch.zeros(2, 6)
+    for t in range(5):
+        prev = obs
+        obs, r, terminated, truncated, info = env.step(zero)
+    assert truncated.all() and not terminated.any()
+    final = info[keys.FINAL_OBS][keys.POLICY]
+    target = slice(15, 18)  # target xyz inside the reach observation
+    assert torch.equal(final[:, target], prev[keys.POLICY][:, target])  # same episode's target
+    assert not torch.equal(obs[keys.POLICY][:, target], final[:, target])  # new episode, new target
+    assert torch.equal(info[keys.EPISODE][keys.EP_LENGTH], torch.tensor([5, 5]))
+    assert (env.episode_step == 0).all()
+
+
+def test_nan_state_resets_only_the_injected_envs():
+    env = _env("so101_lift", n=6)
+    env.reset(seed=0)
+    env.physics.state.qvel[2, 0] = float("nan")
+    env.physics.state.qpos[4, 7] = float("inf")
+    obs, reward, terminated, truncated, info = env.step(torch.zeros(6, 6))
+    assert terminated.tolist() == [False, False, True, False, True, False]
+    assert info["faulted"].tolist() == [False, False, True, False, True, False]
+    assert env.counters["sim_nan_resets"] == 2
+    assert all(torch.isfinite(v).all() for v in obs.values())
+    assert all(torch.isfinite(v).all() for v in info[keys.FINAL_OBS].values())
+    assert torch.isfinite(reward).all()
+    assert torch.isfinite(env.physics.state.qpos).all()  # the two envs were reset
+    # training goes on
+    obs, reward, terminated, *_ = env.step(torch.zeros(6, 6))
+    assert not terminated.any()
+
+
+def test_diverging_simulation_is_detected_not_silently_reset():
+    env = _env("so101_reach", n=3)
+    env.reset(seed=0)
+    env.physics.state.qvel[1, :] = 1e12  # MuJoCo would auto-reset this env silently; we terminate it
+    _, _, terminated, _, _ = env.step(torch.zeros(3, 6))
+    assert terminated.tolist() == [False, True, False]
+    assert env.counters["sim_nan_resets"] + env.counters["sim_diverged_resets"] == 1
+
+
+def test_nan_actions_never_reach_mujoco():
+    env = _env("so101_reach", n=3)
+    env.reset(seed=0)
+    ctrl_before = env.physics.state.ctrl.clone()
+    bad = torch.zeros(3, 6)
+    bad[1, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"non-finite action .*envs \[1\]"):
+        env.step(bad)
+    assert torch.equal(env.physics.state.ctrl, ctrl_before)
+
+    env = make_env("so101_reach", SimConfig(num_envs=3, on_nonfinite_action="reset"))
+    env.reset(seed=0)
+    _, _, terminated, _, _ = env.step(bad)
+    assert terminated.tolist() == [False, True, False]
+    assert torch.isfinite(env.physics.state.ctrl).all()
+    assert env.counters["nonfinite_action_resets"] == 1
+
+
+def test_wrong_action_shape_is_a_clear_error():
+    env = _env("so101_reach", n=2)
+    env.reset()
+    with pytest.raises(ValueError, match=r"expected \[num_envs, action_dim\] = \[2, 6\]"):
+        env.step(torch.zeros(2, 5))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        env.step([[0.0] * 6] * 2)
+
+
+def test_step_before_reset_is_refused():
+    env = _env("so101_reach", n=1)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(torch.zeros(1, 6))
+
+
+def test_unknown_names_and_bad_values_are_clear_errors():
+    with pytest.raises(ValueError, match=r"unknown task 'so101_fly'.*so101_lift"):
+        make_env("so101_fly")
+    with pytest.raises(ValueError, match=r"unknown sim backend 'bullet'.*mujoco"):
+        make_env("so101_reach", SimConfig(backend="bullet"))
+    with pytest.raises(ValueError, match="num_envs must be >= 1"):
+        SimConfig(num_envs=0)
+    with pytest.raises(ValueError, match=r"no option\(s\) \['episode_lenth'\]"):
+        task_config("so101_reach", {"episode_lenth": 3})
+    with pytest.raises(ValueError, match="unknown camera"):
+        make_env("so101_lift", task_cfg=task_config("so101_lift", {"cameras": ["top"]}))
+
+
+def test_state_dict_round_trip_continues_identically():
+    env = _env("so101_push", n=2)
+    env.reset(seed=5)
+    actions = _rand_actions(20, 2, 6, 1)
+    for a in actions[:10]:
+        env.step(a)
+    sd = env.state_dict()
+    out_a = [env.step(a)[0][keys.POLICY] for a in actions[10:]]
+    env2 = _env("so101_push", n=2, seed=99)
+    env2.load_state_dict(sd)
+    out_b = [env2.step(a)[0][keys.POLICY] for a in actions[10:]]
+    assert all(torch.equal(x, y) for x, y in zip(out_a, out_b))
