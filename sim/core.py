@@ -86,6 +86,11 @@ class Physics(ABC):
     def step(self, ctrl: torch.Tensor, nsubsteps: int) -> torch.Tensor:
         """Hold ``ctrl`` [N, nu] for ``nsubsteps`` physics steps. Returns bool [N]: envs that diverged."""
 
+    def nonfinite(self) -> torch.Tensor:
+        """bool [N]: envs whose state or sensor readings hold a NaN or inf."""
+        s = self.state
+        return nonfinite_rows(s.qpos) | nonfinite_rows(s.qvel) | nonfinite_rows(s.sensordata)
+
     @abstractmethod
     def forward(self, env_ids: torch.Tensor) -> None:
         """Recompute derived quantities (sensordata) of ``env_ids`` after their state was written."""
@@ -232,7 +237,7 @@ class MujocoFamilyEnv(VecEnv):
         ctrl = self.task.action_to_ctrl(state, action)
         ctrl = torch.where(bad_action[:, None], state.ctrl, ctrl)
         diverged = self.physics.step(ctrl, self.task.decimation)
-        nan_state = nonfinite_rows(state.qpos) | nonfinite_rows(state.qvel) | nonfinite_rows(state.sensordata)
+        nan_state = self.physics.nonfinite()
         diverged = diverged | (state.qvel.abs().amax(dim=1) > self.cfg.max_abs_qvel)
         faulted = nan_state | diverged | bad_action
         self.counters["sim_nan_resets"] += int(nan_state.sum())
@@ -241,12 +246,10 @@ class MujocoFamilyEnv(VecEnv):
 
         terms = self.task.reward_terms(state, action)
         weights = self.task.cfg.reward_weights
-        reward = torch.zeros(self.num_envs, device=self.device)
-        log_scalars: dict[str, float] = {}
-        for name, value in terms.items():
-            weighted = weights.get(name, 0.0) * value
-            reward += weighted
-            log_scalars[f"reward/{name}"] = float(weighted.mean())
+        w = torch.tensor([float(weights.get(k, 0.0)) for k in terms], device=self.device)
+        weighted = torch.stack(list(terms.values()), dim=1).float() * w  # [N, terms]
+        reward = weighted.sum(dim=1)
+        log_scalars = {f"reward/{k}": v for k, v in zip(terms, weighted.mean(dim=0).tolist())}
         success = self.task.success(state)
         terminated = self.task.terminated(state) | faulted
         if getattr(self.task.cfg, "terminate_on_success", True):

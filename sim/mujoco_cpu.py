@@ -112,6 +112,10 @@ class MujocoPhysics(Physics):
         self._sens[:] = sens_out[:, -1]
         return torch.zeros(self.num_envs, dtype=torch.bool)
 
+    def nonfinite(self) -> torch.Tensor:
+        bad = ~(np.isfinite(self._state).all(axis=1) & np.isfinite(self._sens).all(axis=1))
+        return torch.from_numpy(bad)
+
     def forward(self, env_ids: torch.Tensor) -> None:
         d, m = self._scratch, self.model
         for i in env_ids.tolist():

@@ -1,0 +1,59 @@
+"""Shared benchmark plumbing: the result record of DESIGN.md §9 (machine, date, commit, command, goals)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    gpu = "none"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0)
+    except Exception:  # torch missing is fine for a record
+        pass
+    return {"cores": os.cpu_count(), "gpu": gpu, "platform": platform.platform(), "python": platform.python_version()}
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                       cwd=Path(__file__).parent).strip()
+    except Exception:
+        return "unknown"
+
+
+def goal(name: str, value: float, target: float, direction: str) -> dict[str, Any]:
+    """A goal whose ``met`` is computed from the measured value, never typed in."""
+    if direction not in (">=", "<="):
+        raise ValueError(f"direction must be '>=' or '<=', got {direction!r}")
+    met = value >= target if direction == ">=" else value <= target
+    return {"name": name, "value": round(float(value), 4), "target": target, "direction": direction, "met": bool(met)}
+
+
+def write_result(name: str, data: dict[str, Any], goals: list[dict[str, Any]], out_dir: Path | None = None) -> Path:
+    out_dir = Path(out_dir or RESULTS)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record = {
+        "name": name,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": machine(),
+        **data,
+        "goals": goals,
+    }
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(record, indent=2))
+    return path

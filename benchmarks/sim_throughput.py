@@ -1,0 +1,247 @@
+"""Physics throughput of the embedded MuJoCo backend, side by side in one run.
+
+For each model (so101_lift, and a humanoid-sized model) and N in 16, 64, 256, 1024, with 2 threads:
+
+* ours      - ``MujocoFamilyEnv.step`` with random actions (action checks, task observations and rewards,
+              auto-resets, fault checks included);
+* rollout   - raw ``mujoco.rollout`` on the same model, threads and substeps: the physical limit here;
+* threadpool- a Python thread pool calling ``mj_step`` per env (the alternative design we measured against);
+* sync      - gymnasium ``SyncVectorEnv`` over our single-env adapter (the usual way to batch gym envs).
+
+Rendered env-steps/s at 64x64 and 128x128 (front camera) are reported too. Every variant starts from the same
+states; each measurement is repeated and the best kept (these machines are noisy; ratios are what we compare).
+
+    python benchmarks/sim_throughput.py            # full run, ~5 minutes on 2 cores
+    python benchmarks/sim_throughput.py --quick    # N in 16, 64; shorter timings
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import gymnasium  # noqa: E402
+import matplotlib  # noqa: E402
+import mujoco  # noqa: E402
+import mujoco.rollout  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import sim  # noqa: E402,F401
+from benchmarks.common import RESULTS, goal, write_result  # noqa: E402
+from sim.core import SimConfig  # noqa: E402
+from sim.registry import make_env, task_config, task_names  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+THREADS = 2
+FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS.value
+
+
+def _timed(fn, budget: float, min_iters: int = 3) -> tuple[int, float]:
+    fn()  # warm-up
+    iters, t0 = 0, time.perf_counter()
+    while iters < min_iters or time.perf_counter() - t0 < budget:
+        fn()
+        iters += 1
+    return iters, time.perf_counter() - t0
+
+
+class Replay:
+    """What ``ours`` did: the states it started from and the controls it applied, for the baselines to replay."""
+
+    def __init__(self, model: mujoco.MjModel, state0: np.ndarray, user0: np.ndarray, sub: int) -> None:
+        self.model, self.state0, self.user0, self.sub = model, state0, user0, sub
+        self.ctrl: list[np.ndarray] = []  # per env-step [N, nu]
+
+    def user(self, k: int) -> np.ndarray:
+        u = self.user0.copy()
+        u[:, : self.model.nu] = self.ctrl[k % len(self.ctrl)]
+        return u
+
+
+def measure_ours(task: str, n: int, budget: float) -> tuple[float, Replay]:
+    env = make_env(task, SimConfig(num_envs=n, num_threads=THREADS, seed=0))
+    env.reset(seed=0)
+    phys = env.physics
+    replay = Replay(phys.model, phys._state.copy(), phys._user.copy(), env.task.decimation)
+    g = torch.Generator().manual_seed(0)
+    actions = [torch.rand(n, env.action_dim, generator=g) * 2 - 1 for _ in range(8)]
+    k = [0]
+
+    def step():
+        env.step(actions[k[0] % 8])
+        k[0] += 1
+        if len(replay.ctrl) < 64:
+            replay.ctrl.append(phys.state.ctrl.numpy().copy())
+
+    iters, dt = _timed(step, budget)
+    env.close()
+    return n * replay.sub * iters / dt, replay
+
+
+USER = mujoco.mjtState.mjSTATE_CTRL.value | mujoco.mjtState.mjSTATE_MOCAP_POS.value | \
+    mujoco.mjtState.mjSTATE_MOCAP_QUAT.value
+
+
+def measure_rollout(rp: Replay, budget: float) -> float:
+    """Raw mujoco.rollout replaying ours' controls from ours' initial states (same physics, no Python per env)."""
+    n, sub, model = rp.state0.shape[0], rp.sub, rp.model
+    pool = mujoco.rollout.Rollout(nthread=THREADS)
+    datas = [mujoco.MjData(model) for _ in range(THREADS)]
+    controls = [np.repeat(rp.user(k)[:, None, :], sub, axis=1) for k in range(len(rp.ctrl))]
+    state_out = np.zeros((n, sub, rp.state0.shape[1]))
+    sens_out = np.zeros((n, sub, model.nsensordata))
+    warm = np.zeros((n, model.nv))
+    state = rp.state0.copy()
+    models = [model] * n
+    k = [0]
+
+    def step():
+        pool.rollout(models, datas, state, controls[k[0] % len(controls)], control_spec=USER, skip_checks=True,
+                     nstep=sub, initial_warmstart=warm, state=state_out, sensordata=sens_out,
+                     chunk_size=max(1, n // (THREADS * 4)))
+        state[:] = state_out[:, -1]
+        k[0] += 1
+
+    iters, dt = _timed(step, budget)
+    pool.close()
+    return n * sub * iters / dt
+
+
+def measure_threadpool(rp: Replay, budget: float) -> float:
+    """A Python thread pool calling mj_step on N MjData (the GIL is released inside mj_step)."""
+    n, sub, model = rp.state0.shape[0], rp.sub, rp.model
+    datas = [mujoco.MjData(model) for _ in range(n)]
+    for d, s, u in zip(datas, rp.state0, rp.user0):
+        mujoco.mj_setState(model, d, s, FULL)
+        mujoco.mj_setState(model, d, u, USER)
+    idx = [list(range(i, n, THREADS)) for i in range(THREADS)]
+    k = [0]
+
+    def work(ids):
+        ctrl = rp.ctrl[k[0] % len(rp.ctrl)]
+        for i in ids:
+            d = datas[i]
+            d.ctrl[:] = ctrl[i]
+            for _ in range(sub):
+                mujoco.mj_step(model, d)
+
+    def step():
+        list(ex.map(work, idx))
+        k[0] += 1
+
+    with ThreadPoolExecutor(THREADS) as ex:
+        iters, dt = _timed(step, budget)
+    return n * sub * iters / dt
+
+
+def measure_sync(task: str, n: int, sub: int, budget: float) -> float:
+    env_id = {v: k for k, v in sim.gym.GYM_IDS.items()}[task]
+    venv = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make(env_id) for _ in range(n)])
+    venv.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = [rng.uniform(-1, 1, (n, 6)).astype(np.float32) for _ in range(8)]
+    k = [0]
+
+    def step():
+        venv.step(actions[k[0] % 8])
+        k[0] += 1
+
+    iters, dt = _timed(step, budget)
+    venv.close()
+    return n * sub * iters / dt
+
+
+def measure_render(task: str, n: int, size: int, budget: float) -> float:
+    cfg = task_config(task, {"cameras": ["front"], "image_width": size, "image_height": size})
+    env = make_env(task, SimConfig(num_envs=n, num_threads=THREADS), cfg)
+    env.reset(seed=0)
+    a = torch.zeros(n, env.action_dim)
+    iters, dt = _timed(lambda: env.step(a), budget, min_iters=2)
+    env.close()
+    return n * iters / dt  # env-steps/s, one image per env-step
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="N in 16, 64 and short timings")
+    p.add_argument("--budget", type=float, default=None, help="seconds per measurement")
+    p.add_argument("--rounds", type=int, default=2, help="repeats; the best of each is kept")
+    args = p.parse_args()
+    torch.set_num_threads(THREADS)
+    sizes = [16, 64] if args.quick else [16, 64, 256, 1024]
+    budget = args.budget or (0.5 if args.quick else 1.5)
+    tasks = ["so101_lift"] + (["humanoid_walk"] if "humanoid_walk" in task_names() else [])
+    results: dict[str, dict[str, dict[int, float]]] = {}
+    for task in tasks:
+        res = results.setdefault(task, {"ours": {}, "rollout": {}, "threadpool": {}, "sync": {}})
+        for n in sizes:
+            for _ in range(args.rounds):
+                ours, replay = measure_ours(task, n, budget)
+                sub = replay.sub
+                raw = measure_rollout(replay, budget)
+                tp = measure_threadpool(replay, budget)
+                res["ours"][n] = max(res["ours"].get(n, 0.0), ours)
+                res["rollout"][n] = max(res["rollout"].get(n, 0.0), raw)
+                res["threadpool"][n] = max(res["threadpool"].get(n, 0.0), tp)
+                if task in sim.gym.GYM_IDS.values():
+                    sy = measure_sync(task, n, sub, budget)
+                    res["sync"][n] = max(res["sync"].get(n, 0.0), sy)
+            row = {k: round(v[n]) for k, v in res.items() if n in v}
+            print(f"{task:14s} N={n:5d} physics steps/s {row}", flush=True)
+    render = {f"{s}x{s}": round(measure_render("so101_lift", 16, s, budget)) for s in (64, 128)}
+    print("rendered env-steps/s (so101_lift, N=16, front camera):", render, flush=True)
+
+    goals, ratios = [], {}
+    for task, res in results.items():
+        for n in sizes:
+            r = {"vs_rollout": res["ours"][n] / res["rollout"][n], "vs_threadpool": res["ours"][n] / res["threadpool"][n]}
+            if n in res["sync"]:
+                r["vs_sync"] = res["ours"][n] / res["sync"][n]
+            ratios[f"{task}/N={n}"] = {k: round(v, 3) for k, v in r.items()}
+            if n >= 64:
+                goals.append(goal(f"ours_vs_rollout_{task}_N{n}", r["vs_rollout"], 0.85, ">="))
+                if "vs_sync" in r:
+                    goals.append(goal(f"ours_vs_sync_vector_env_{task}_N{n}", r["vs_sync"], 5.0, ">="))
+    data = {
+        "threads": THREADS,
+        "unit": "physics steps/s (env-steps/s x decimation), best of rounds",
+        "physics_steps_per_s": {t: {k: {str(n): round(x) for n, x in v.items()} for k, v in res.items()}
+                                for t, res in results.items()},
+        "ratios": ratios,
+        "rendered_env_steps_per_s_so101_lift_N16": render,
+    }
+    path = write_result("sim_throughput", data, goals)
+
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.2), squeeze=False)
+    for ax, (task, res) in zip(axes[0], results.items()):
+        for name, style in (("ours", "o-"), ("rollout", "s--"), ("threadpool", "^:"), ("sync", "x-.")):
+            if res[name]:
+                ns = sorted(res[name])
+                ax.plot(ns, [res[name][n] for n in ns], style, label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("num_envs N")
+        ax.set_ylabel("physics steps / s (2 threads)")
+        ax.set_title(task)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"robot_rl sim throughput; rendered so101_lift N=16: {render} env-steps/s")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "sim_throughput.png", dpi=110)
+    print("wrote", path, "and", RESULTS / "sim_throughput.png")
+    for g in goals:
+        print(f"  {'MET ' if g['met'] else 'MISS'} {g['name']}: {g['value']} {g['direction']} {g['target']}")
+
+
+if __name__ == "__main__":
+    main()
