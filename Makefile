@@ -1,0 +1,32 @@
+# Set-up and the two jobs of the README. `python3` resolves to 3.12 here through .python-version (pyenv);
+# set PY=/path/to/python3.12 elsewhere.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export MUJOCO_GL ?= egl
+
+.PHONY: setup train test test-slow bench-sim clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -c 'import sys; assert sys.version_info >= (3, 12), "robot_rl needs Python 3.12+ (LeRobot does); set PY=python3.12"'
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[all,dev]'
+	touch $@
+
+train: setup  ## the main job: PPO on so101_reach on the CPU default, then a curve and a video
+	$(BIN)/robot-rl train task=so101_reach algo=ppo
+
+test: setup  ## the default test tier (slow learning checks excluded)
+	$(BIN)/python -m pytest -q
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow
+
+bench-sim: setup
+	$(BIN)/python benchmarks/sim_throughput.py
+
+clean:
+	rm -rf $(VENV) *.egg-info runs outputs
