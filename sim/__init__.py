@@ -3,10 +3,14 @@
 Importing ``sim`` registers the gymnasium ids (``robot_rl/SO101Lift-v0`` ...).
 """
 
+import ctypes.util
 import os
 
-# MuJoCo picks its OpenGL backend when it is first imported: offscreen EGL unless the user chose (e.g. osmesa).
-os.environ.setdefault("MUJOCO_GL", "egl")
+# MuJoCo picks its OpenGL backend when it is first imported: offscreen EGL by default, OSMesa where there is
+# no EGL library (Debian: libosmesa6), unless the user chose one.
+if "MUJOCO_GL" not in os.environ:
+    os.environ["MUJOCO_GL"] = "egl" if ctypes.util.find_library("EGL") or not ctypes.util.find_library("OSMesa") \
+        else "osmesa"
 
 from sim.gym import register_envs  # noqa: E402
 
