@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mujoco
@@ -20,6 +20,7 @@ import torch
 
 from robot_rl import keys
 from robot_rl.env import Obs, ObsSpec, VecEnv, check_action, nonfinite_rows
+from sim.randomization import RandomizationConfig
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class SimConfig:
     seed: int = 0  # seeds task randomization; the same seed gives the same trajectories
     on_nonfinite_action: str = "raise"  # "raise" (a clear error) or "reset" (terminate and reset those envs)
     max_abs_qvel: float = 1e3  # rad/s or m/s; beyond this a simulation counts as diverged and is reset
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)  # domain randomization
 
     def __post_init__(self) -> None:
         if self.num_envs < 1:
@@ -85,6 +87,10 @@ class Physics(ABC):
     @abstractmethod
     def step(self, ctrl: torch.Tensor, nsubsteps: int) -> torch.Tensor:
         """Hold ``ctrl`` [N, nu] for ``nsubsteps`` physics steps. Returns bool [N]: envs that diverged."""
+
+    def randomize(self, env_ids: torch.Tensor, gen: torch.Generator) -> None:
+        """Draw new per-env model parameters for ``env_ids`` (see ``sim.randomization``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not randomize model parameters")
 
     def nonfinite(self) -> torch.Tensor:
         """bool [N]: envs whose state or sensor readings hold a NaN or inf."""
@@ -199,6 +205,11 @@ class MujocoFamilyEnv(VecEnv):
         self.counters = {"sim_nan_resets": 0, "sim_diverged_resets": 0, "nonfinite_action_resets": 0}
         self._all = torch.arange(n, device=dev)
         self._needs_reset = True
+        self.dr = cfg.randomization
+        nu = physics.model.nu
+        # Action latency: ctrl history [L + 1, N, nu], newest first; env i applies the row latency[i].
+        self.latency = torch.zeros(n, dtype=torch.long, device=dev)
+        self._ctrl_hist = torch.zeros(self.dr.max_latency + 1, n, nu, dtype=physics.state.ctrl.dtype, device=dev)
 
     # ----------------------------------------------------------------------------------------------- reset
     def reset(self, seed: int | None = None) -> tuple[Obs, dict[str, Any]]:
@@ -211,8 +222,15 @@ class MujocoFamilyEnv(VecEnv):
     def _reset_envs(self, env_ids: torch.Tensor) -> None:
         if env_ids.numel() == 0:
             return
+        if self.dr.physics_enabled:
+            self.physics.randomize(env_ids, self.gen)
         self.task.reset(self.physics.state, env_ids, self.gen)
         self.physics.forward(env_ids)
+        if self.dr.max_latency > 0:
+            lo, hi = self.dr.action_latency
+            self.latency[env_ids] = torch.randint(int(lo), int(hi) + 1, (len(env_ids),), generator=self.gen).to(
+                self.device)
+            self._ctrl_hist[:, env_ids] = self.physics.state.ctrl[env_ids]
         self.episode_step[env_ids] = 0
         self.episode_return[env_ids] = 0.0
         self.episode_success[env_ids] = False
@@ -236,6 +254,10 @@ class MujocoFamilyEnv(VecEnv):
         state = self.physics.state
         ctrl = self.task.action_to_ctrl(state, action)
         ctrl = torch.where(bad_action[:, None], state.ctrl, ctrl)
+        if self.dr.max_latency > 0:  # the command sent now reaches the servos latency[i] steps later
+            self._ctrl_hist = torch.roll(self._ctrl_hist, 1, dims=0)
+            self._ctrl_hist[0] = ctrl
+            ctrl = self._ctrl_hist[self.latency, self._all]
         diverged = self.physics.step(ctrl, self.task.decimation)
         nan_state = self.physics.nonfinite()
         diverged = diverged | (state.qvel.abs().amax(dim=1) > self.cfg.max_abs_qvel)
@@ -292,6 +314,9 @@ class MujocoFamilyEnv(VecEnv):
         if env_ids is not None:
             obs = {k: v[env_ids] for k, v in obs.items()}
         obs = {k: torch.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0) for k, v in obs.items()}
+        if self.dr.obs_noise > 0:
+            p = obs[keys.POLICY]
+            obs[keys.POLICY] = p + self.dr.obs_noise * torch.randn(p.shape, generator=self.gen).to(p.device)
         w, h = self.render_size
         for cam in self.task.cameras():
             obs[keys.image_key(cam)] = self.physics.render(cam, w, h, env_ids).to(self.device)
@@ -312,6 +337,8 @@ class MujocoFamilyEnv(VecEnv):
             "episode_success": self.episode_success.clone(),
             "gen": self.gen.get_state(),
             "counters": dict(self.counters),
+            "latency": self.latency.clone(),
+            "ctrl_hist": self._ctrl_hist.clone(),
         }
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
@@ -322,6 +349,8 @@ class MujocoFamilyEnv(VecEnv):
         self.episode_success.copy_(sd["episode_success"])
         self.gen.set_state(sd["gen"])
         self.counters = {k: int(v) for k, v in sd["counters"].items()}
+        self.latency.copy_(sd["latency"])
+        self._ctrl_hist.copy_(sd["ctrl_hist"])
         self._needs_reset = False
 
     def close(self) -> None:

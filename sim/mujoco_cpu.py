@@ -14,6 +14,7 @@ so a divergence shows up as non-finite state, which the env turns into ``termina
 
 from __future__ import annotations
 
+import copy
 import os
 
 import mujoco
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from sim.core import Physics, SimState
+from sim.randomization import ModelRandomizer, RandomizationConfig
 
 _S = mujoco.mjtState
 _FULL = _S.mjSTATE_FULLPHYSICS.value
@@ -45,7 +47,8 @@ def _component_slices(model: mujoco.MjModel, spec: int, parts: list[int]) -> dic
 class MujocoPhysics(Physics):
     """Batched native MuJoCo on the CPU."""
 
-    def __init__(self, model: mujoco.MjModel, num_envs: int, num_threads: int = 2) -> None:
+    def __init__(self, model: mujoco.MjModel, num_envs: int, num_threads: int = 2,
+                 randomization: RandomizationConfig | None = None) -> None:
         model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_AUTORESET.value
         self.model, self.num_envs = model, num_envs
         self.num_threads = num_threads
@@ -65,7 +68,13 @@ class MujocoPhysics(Physics):
         self._user[:] = self._user[0]
         self._sens[:] = self._scratch.sensordata
         self._datas = [mujoco.MjData(model) for _ in range(num_threads)]
-        self._models = [model] * num_envs  # rollout takes one model per env (per-env models: randomization)
+        # rollout takes one model per env: shared when nothing is randomized, private copies when it is.
+        self._randomizer = None
+        if randomization is not None and randomization.physics_enabled:
+            self._randomizer = ModelRandomizer(model, randomization)
+            self._models = [copy.copy(model) for _ in range(num_envs)]
+        else:
+            self._models = [model] * num_envs
         self._pool = mujoco.rollout.Rollout(nthread=num_threads if num_threads > 1 else 0)
         self._out_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
@@ -112,13 +121,20 @@ class MujocoPhysics(Physics):
         self._sens[:] = sens_out[:, -1]
         return torch.zeros(self.num_envs, dtype=torch.bool)
 
+    def randomize(self, env_ids: torch.Tensor, gen: torch.Generator) -> None:
+        if self._randomizer is None:
+            return
+        for i in env_ids.tolist():
+            self._randomizer.sample(self._models[i], gen)
+
     def nonfinite(self) -> torch.Tensor:
         bad = ~(np.isfinite(self._state).all(axis=1) & np.isfinite(self._sens).all(axis=1))
         return torch.from_numpy(bad)
 
     def forward(self, env_ids: torch.Tensor) -> None:
-        d, m = self._scratch, self.model
+        d = self._scratch
         for i in env_ids.tolist():
+            m = self._models[i]
             mujoco.mj_setState(m, d, self._state[i], _FULL)
             mujoco.mj_setState(m, d, self._user[i], _USER)
             mujoco.mj_forward(m, d)
@@ -138,24 +154,39 @@ class MujocoPhysics(Physics):
 
     def render(self, camera: str, width: int, height: int, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         ids = range(self.num_envs) if env_ids is None else env_ids.tolist()
-        r, d, m = self._renderer(width, height), self._scratch, self.model
+        r, d = self._renderer(width, height), self._scratch
         frames = np.empty((len(ids), height, width, 3), dtype=np.uint8)
         for j, i in enumerate(ids):
+            m = self._models[i]
             mujoco.mj_setState(m, d, self._state[i], _FULL)
             mujoco.mj_setState(m, d, self._user[i], _USER)
             mujoco.mj_forward(m, d)
-            r.update_scene(d, camera=camera)
+            if m is self.model:
+                r.update_scene(d, camera=camera)
+            else:  # randomized cameras/lights: build the scene from this env's model (same sizes, same assets)
+                cam = mujoco.MjvCamera()
+                cam.type = mujoco.mjtCamera.mjCAMERA_FIXED
+                cam.fixedcamid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+                mujoco.mjv_updateScene(m, d, mujoco.MjvOption(), None, cam, mujoco.mjtCatBit.mjCAT_ALL.value, r.scene)
             frames[j] = r.render()
         return torch.from_numpy(frames).permute(0, 3, 1, 2).contiguous()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"state": torch.from_numpy(self._state.copy()), "user": torch.from_numpy(self._user.copy()),
-                "sensordata": torch.from_numpy(self._sens.copy())}
+        sd = {"state": torch.from_numpy(self._state.copy()), "user": torch.from_numpy(self._user.copy()),
+              "sensordata": torch.from_numpy(self._sens.copy())}
+        if self._randomizer is not None:
+            for f in ModelRandomizer.FIELDS:
+                sd[f"model.{f}"] = torch.from_numpy(np.stack([getattr(m, f) for m in self._models]))
+        return sd
 
     def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         self._state[:] = sd["state"].numpy()
         self._user[:] = sd["user"].numpy()
         self._sens[:] = sd["sensordata"].numpy()
+        if self._randomizer is not None:
+            for f in ModelRandomizer.FIELDS:
+                for m, v in zip(self._models, sd[f"model.{f}"].numpy()):
+                    getattr(m, f)[:] = v
 
     def close(self) -> None:
         for r in self._renderers.values():

@@ -25,7 +25,7 @@ def _tasks() -> dict[str, tuple[type, type]]:
 def _mujoco_physics(task: Task, cfg: SimConfig):
     from sim.mujoco_cpu import MujocoPhysics
 
-    return MujocoPhysics(task.build_spec().compile(), cfg.num_envs, cfg.num_threads)
+    return MujocoPhysics(task.build_spec().compile(), cfg.num_envs, cfg.num_threads, cfg.randomization)
 
 
 def _mjx_physics(task: Task, cfg: SimConfig):

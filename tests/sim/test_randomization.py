@@ -1,0 +1,103 @@
+"""Domain randomization changes the model parameters per env, is seeded, and survives a state_dict round trip."""
+
+import numpy as np
+import pytest
+import torch
+
+from robot_rl import keys
+from sim.core import SimConfig
+from sim.randomization import RandomizationConfig
+from sim.registry import make_env
+
+DR = dict(friction=[0.5, 1.5], mass=[0.8, 1.2], com_offset=0.005, joint_damping=[0.5, 2.0], armature=[0.8, 1.2],
+          actuator_gain=[0.7, 1.3], camera_pos_jitter=0.01, light_scale=[0.6, 1.0])
+
+
+def _env(seed=0, n=4, **dr):
+    return make_env("so101_lift", SimConfig(num_envs=n, seed=seed, randomization=RandomizationConfig(**dr)))
+
+
+def _params(env):
+    return np.stack([np.concatenate([m.geom_friction[:, 0], m.body_mass, m.dof_damping, m.actuator_gainprm[:, 0],
+                                     m.cam_pos.ravel(), m.body_ipos.ravel()]) for m in env.physics._models])
+
+
+def test_parameters_differ_per_env_and_follow_the_seed():
+    a, b, c = _env(seed=1, **DR), _env(seed=1, **DR), _env(seed=2, **DR)
+    for e in (a, b, c):
+        e.reset(seed=e.cfg.seed)
+    pa, pb, pc = _params(a), _params(b), _params(c)
+    nominal = _params(_env())[0]
+    assert not np.allclose(pa[0], pa[1])  # per env
+    assert not np.allclose(pa[0], nominal)  # really changed
+    np.testing.assert_array_equal(pa, pb)  # same seed, same draw
+    assert not np.allclose(pa, pc)
+    m, m0 = a.physics._models[0], _env().physics.model
+    scale = m.geom_friction[:, 0] / m0.geom_friction[:, 0]
+    assert np.allclose(scale, scale[0]) and 0.5 <= scale[0] <= 1.5
+    kp = m.actuator_gainprm[:, 0] / m0.actuator_gainprm[:, 0]
+    assert np.allclose(m.actuator_biasprm[:, 1], -m.actuator_gainprm[:, 0])  # still a position servo
+    assert 0.7 <= kp[0] <= 1.3
+
+
+def test_parameters_are_redrawn_at_reset_and_change_the_physics():
+    env = _env(seed=0, n=2, **DR)
+    env.reset(seed=0)
+    before = _params(env)
+    env._reset_envs(torch.tensor([1]))
+    after = _params(env)
+    np.testing.assert_array_equal(before[0], after[0])
+    assert not np.allclose(before[1], after[1])
+    plain = _env(seed=0, n=2)
+    for e in (env, plain):
+        e.reset(seed=0)
+        for _ in range(20):
+            obs, *_ = e.step(torch.full((2, 6), 0.5))
+    assert not torch.allclose(obs[keys.POLICY], plain.step(torch.full((2, 6), 0.5))[0][keys.POLICY])
+
+
+def test_action_latency_delays_the_command():
+    fast = make_env("so101_reach", SimConfig(num_envs=1))
+    slow = make_env("so101_reach", SimConfig(num_envs=1, randomization=RandomizationConfig(action_latency=[2, 2])))
+    for e in (fast, slow):
+        e.reset(seed=0)
+    push = torch.tensor([[1.0, 0, 0, 0, 0, 0]])
+    q_fast = fast.step(push)[0][keys.POLICY][0, 0]
+    q_slow = [slow.step(push)[0][keys.POLICY][0, 0] for _ in range(3)]
+    q0 = fast.task.home.qpos[0]
+    assert abs(float(q_fast - q0)) > 0.02  # moved at once
+    assert abs(float(q_slow[0] - q_slow[1])) < 1e-3 and abs(float(q_slow[2] - q_slow[1])) > 0.02  # two steps late
+
+
+def test_observation_noise_only_on_the_policy_group():
+    env = make_env("so101_lift", SimConfig(num_envs=3, randomization=RandomizationConfig(obs_noise=0.05)))
+    obs, _ = env.reset(seed=0)
+    diff = obs[keys.POLICY] - obs[keys.CRITIC][:, : obs[keys.POLICY].shape[1]]
+    assert 0.02 < diff.std() < 0.08
+
+
+def test_randomized_env_resumes_exactly():
+    env = _env(seed=3, n=2, action_latency=[0, 2], obs_noise=0.01, **DR)
+    env.reset(seed=3)
+    acts = [torch.rand(2, 6) * 2 - 1 for _ in range(30)]
+    for a in acts[:10]:
+        env.step(a)
+    sd = env.state_dict()
+    ref = [env.step(a)[0][keys.POLICY] for a in acts[10:]]
+    env2 = _env(seed=0, n=2, action_latency=[0, 2], obs_noise=0.01, **DR)
+    env2.load_state_dict(sd)
+    out = [env2.step(a)[0][keys.POLICY] for a in acts[10:]]
+    assert all(torch.equal(x, y) for x, y in zip(ref, out))
+
+
+def test_randomized_cameras_render_differently():
+    env = _env(seed=0, n=2, camera_pos_jitter=0.05, light_scale=[0.3, 1.0])
+    env.reset(seed=0)
+    f = env.render(camera="front", width=48, height=48).float()
+    assert f.shape == (2, 3, 48, 48) and (f[0] - f[1]).abs().mean() > 1.0
+
+
+@pytest.mark.parametrize("bad", [dict(friction=[1.5, 0.5]), dict(obs_noise=-1.0), dict(action_latency=[0])])
+def test_bad_ranges_are_refused(bad):
+    with pytest.raises(ValueError, match="randomization"):
+        RandomizationConfig(**bad)
