@@ -6,4 +6,4 @@ os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
 import torch  # noqa: E402
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)  # small networks: more threads only add contention on 2 cores

@@ -1,0 +1,1 @@
+"""Network building blocks shared by policies and the learners' critics."""

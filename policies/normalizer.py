@@ -1,0 +1,56 @@
+"""Empirical observation normalization with running statistics that travel with the policy's weights."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class EmpiricalNormalizer(nn.Module):
+    """y = clip((x − μ) / sqrt(σ² + ε), ±clip), with μ, σ² running estimates over every sample seen.
+
+    Statistics are buffers (saved with the weights). They change only through ``update``, and only while the
+    module is in training mode: ``eval()`` freezes them. Batches merge with Chan et al.'s parallel formula:
+
+        δ = μ_b − μ,  n' = n + n_b,  μ' = μ + δ · n_b / n',
+        M2' = σ²·n + σ_b²·n_b + δ² · n · n_b / n',  σ'² = M2' / n'
+
+    Args:
+        shape: feature shape (without the batch dimension).
+        eps: added to the variance before the square root.
+        clip: bound on the normalized value (in standard deviations).
+    """
+
+    def __init__(self, shape: tuple[int, ...] | int, eps: float = 1e-8, clip: float = 10.0) -> None:
+        super().__init__()
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.eps, self.clip = float(eps), float(clip)
+        self.register_buffer("mean", torch.zeros(shape))
+        self.register_buffer("var", torch.ones(shape))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, *shape] -> [B, *shape] normalized (identity statistics until the first update)."""
+        return ((x - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+    def inverse(self, y: torch.Tensor) -> torch.Tensor:
+        return y * torch.sqrt(self.var + self.eps) + self.mean
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Merge a batch [B, *shape] into the statistics; rows holding NaN/inf are ignored. No-op in eval mode."""
+        if not self.training:
+            return
+        x = x.reshape(-1, *self.mean.shape)
+        x = x[torch.isfinite(x.reshape(x.shape[0], -1)).all(dim=1)]
+        n_b = x.shape[0]
+        if n_b == 0:
+            return
+        mean_b = x.mean(dim=0)
+        var_b = x.var(dim=0, unbiased=False)
+        n = self.count.item()
+        total = n + n_b
+        delta = mean_b - self.mean
+        self.mean += delta * (n_b / total)
+        self.var.copy_((self.var * n + var_b * n_b + delta**2 * (n * n_b / total)) / total)
+        self.count += n_b

@@ -1,0 +1,209 @@
+"""Proximal policy optimization, the rsl_rl / Isaac Lab recipe (DESIGN.md §5).
+
+Clipped surrogate (Schulman et al. 2017) and clipped value loss, an entropy bonus, GAE with time-out
+bootstrapping, one Adam over actor and critic with an adaptive-KL learning rate, gradient-norm clipping,
+epochs × minibatches over each rollout. Asymmetric: the actor reads the ``policy`` observation group, the critic
+the ``critic`` group. Empirical observation normalizers live inside the actor (exported with it) and the critic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from policies.gaussian import GaussianPolicy
+from robot_rl import returns
+from robot_rl.algos.guard import NonFiniteGuard
+from robot_rl.buffers.rollout import RolloutBuffer
+from robot_rl.critics import MLPCritic
+
+SCHEDULES = ("adaptive", "fixed")
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyperparameters (rsl_rl defaults). Scale the number of envs, not these, for smaller machines."""
+
+    num_epochs: int = 5  # passes over each rollout
+    num_minibatches: int = 4  # minibatches per pass; batch size = T·N / num_minibatches samples
+    gamma: float = 0.99  # discount per env step
+    lam: float = 0.95  # GAE λ
+    clip: float = 0.2  # surrogate ratio clip ε: ratio kept in [1 − ε, 1 + ε]
+    value_clip: float = 0.2  # value change clip around the collecting critic's value (return units)
+    use_clipped_value_loss: bool = True  # max of clipped and unclipped squared errors (else plain MSE)
+    value_coef: float = 1.0  # weight of the value loss
+    entropy_coef: float = 0.01  # weight of the entropy bonus (nats)
+    learning_rate: float = 1e-3  # Adam step size at the start (the adaptive schedule changes it)
+    schedule: str = "adaptive"  # "adaptive" (KL-driven lr) or "fixed"
+    desired_kl: float = 0.01  # target KL(π_old‖π_new) per sample (nats) for the adaptive schedule
+    lr_factor: float = 1.5  # lr ÷ factor when KL > 2·target, × factor when KL < target / 2
+    lr_min: float = 1e-5  # clamp of the adaptive lr
+    lr_max: float = 1e-2  # clamp of the adaptive lr
+    max_grad_norm: float = 1.0  # global L2 norm gradients are clipped to
+    normalize_advantages: bool = True  # advantages to zero mean, unit std over each rollout
+    max_consecutive_nonfinite: int = 10  # skipped (NaN/inf) updates in a row before the run stops
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"algo.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
+        for name in ("num_epochs", "num_minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"algo.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"algo.gamma must be in (0, 1] and algo.lam in [0, 1], got {self.gamma}, {self.lam}")
+        if self.clip <= 0 or self.learning_rate <= 0 or self.max_grad_norm <= 0:
+            raise ValueError("algo.clip, algo.learning_rate and algo.max_grad_norm must be > 0")
+        if not 0 < self.lr_min <= self.lr_max:
+            raise ValueError(f"need 0 < algo.lr_min <= algo.lr_max, got {self.lr_min}, {self.lr_max}")
+
+
+class ActOutput(NamedTuple):
+    """What the collecting policy did for a batch of N observations."""
+
+    action: torch.Tensor  # [N, A] sampled (unclipped; the env clips to [-1, 1])
+    log_prob: torch.Tensor  # [N] log π(a|o), summed over action dims
+    value: torch.Tensor  # [N] V(o)
+    mean: torch.Tensor  # [N, A]
+    std: torch.Tensor  # [N, A]
+
+
+def gaussian_kl(mu_old: torch.Tensor, std_old: torch.Tensor, mu_new: torch.Tensor,
+                std_new: torch.Tensor) -> torch.Tensor:
+    """KL(N_old ‖ N_new) per sample [B], summed over action dims:
+    Σ log(σ_new/σ_old) + (σ_old² + (μ_old − μ_new)²) / (2σ_new²) − ½."""
+    return torch.sum(torch.log(std_new / std_old) + (std_old**2 + (mu_old - mu_new) ** 2) / (2 * std_new**2) - 0.5,
+                     dim=-1)
+
+
+class PPO:
+    """The learner. ``act`` during collection, ``update(buffer)`` after each rollout; never steps an env.
+
+    Args:
+        policy: the actor (exported alone for deployment).
+        critic: the state-value critic (asymmetric: may read privileged observations).
+        cfg: hyperparameters.
+        device: where the networks (and the rollout buffer) live.
+    """
+
+    name = "ppo"
+
+    def __init__(self, policy: GaussianPolicy, critic: MLPCritic, cfg: PPOConfig,
+                 device: torch.device | str = "cpu") -> None:
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.policy = policy.to(self.device)
+        self.critic = critic.to(self.device)
+        self.params = [*self.policy.parameters(), *self.critic.parameters()]
+        self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate)
+        self.guard = NonFiniteGuard(cfg.max_consecutive_nonfinite)
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def train_mode(self) -> None:
+        self.policy.train()
+        self.critic.train()
+
+    def eval_mode(self) -> None:
+        self.policy.eval()
+        self.critic.eval()
+
+    # ------------------------------------------------------------------------------------------- collection
+    @torch.no_grad()
+    def act(self, obs: dict[str, torch.Tensor]) -> ActOutput:
+        """Sample actions for observations [N, ...] (updating the normalizers first, in training mode)."""
+        self.policy.update_normalizer(obs)
+        self.critic.update_normalizer(obs)
+        dist = self.policy.distribution(obs)
+        action = dist.sample()
+        return ActOutput(action, dist.log_prob(action).sum(-1), self.critic(obs), dist.mean, dist.stddev)
+
+    @torch.no_grad()
+    def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """V(o) [N]."""
+        return self.critic(obs)
+
+    @torch.no_grad()
+    def bootstrap_time_outs(self, reward: torch.Tensor, truncated: torch.Tensor,
+                            final_obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """r + γ·V(final_obs) where the episode timed out (terminations are never bootstrapped)."""
+        if not bool(truncated.any()):
+            return reward
+        return returns.bootstrap_time_outs(reward, truncated, self.critic(final_obs), self.cfg.gamma)
+
+    # ----------------------------------------------------------------------------------------------- update
+    def update(self, buffer: RolloutBuffer) -> dict[str, float]:
+        """Epochs × minibatches of clipped PPO on a full buffer with returns computed. Returns mean stats."""
+        cfg = self.cfg
+        if cfg.normalize_advantages:
+            adv = buffer.advantages
+            adv.copy_((adv - adv.mean()) / (adv.std() + 1e-8))
+        totals: dict[str, float] = {}
+        steps = 0
+        for _ in range(cfg.num_epochs):
+            for batch in buffer.minibatches(cfg.num_minibatches):
+                stats = self._step(batch)
+                steps += 1
+                for k, v in stats.items():
+                    totals[k] = totals.get(k, 0.0) + v
+        out = {k: v / max(steps, 1) for k, v in totals.items()}
+        out.update(learning_rate=self.learning_rate, nonfinite_skips=float(self.guard.skipped),
+                   action_std=self.policy.log_std.detach().exp().mean().item())
+        return out
+
+    def _step(self, batch: dict[str, Any]) -> dict[str, float]:
+        cfg = self.cfg
+        obs, adv, ret = batch["obs"], batch["advantages"], batch["returns"]
+        dist = self.policy.distribution(obs)
+        log_prob = dist.log_prob(batch["action"]).sum(-1)
+        entropy = dist.entropy().sum(-1).mean()
+        value = self.critic(obs)
+
+        # L_clip = E[max(−A·ρ, −A·clip(ρ, 1 − ε, 1 + ε))],  ρ = π(a|o) / π_old(a|o)
+        ratio = torch.exp(log_prob - batch["log_prob"])
+        surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip)).mean()
+        # L_V = E[max((V − R)², (V_old + clip(V − V_old, ±ε_v) − R)²)]
+        if cfg.use_clipped_value_loss:
+            v_clipped = batch["value"] + (value - batch["value"]).clamp(-cfg.value_clip, cfg.value_clip)
+            value_loss = torch.max((value - ret) ** 2, (v_clipped - ret) ** 2).mean()
+        else:
+            value_loss = ((value - ret) ** 2).mean()
+        loss = surrogate + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+        with torch.no_grad():
+            kl = gaussian_kl(batch["mean"], batch["std"], dist.mean, dist.stddev).mean()
+        if not self.guard.check(loss, grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)  # optimizer state (moments, step, lr) untouched
+            return {}
+        if cfg.schedule == "adaptive" and bool(torch.isfinite(kl)):
+            lr = self.learning_rate
+            if kl > 2.0 * cfg.desired_kl:
+                lr = max(cfg.lr_min, lr / cfg.lr_factor)
+            elif 0.0 < kl < 0.5 * cfg.desired_kl:
+                lr = min(cfg.lr_max, lr * cfg.lr_factor)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        self.optimizer.step()
+        with torch.no_grad():
+            clip_frac = ((ratio - 1.0).abs() > cfg.clip).float().mean()
+        return {"loss/surrogate": surrogate.item(), "loss/value": value_loss.item(), "loss/entropy": entropy.item(),
+                "kl": kl.item(), "grad_norm": grad_norm.item(), "clip_fraction": clip_frac.item()}
+
+    # -------------------------------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue bitwise: networks (with normalizers), optimizer, guard counters."""
+        return {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "guard": self.guard.state_dict(), "cfg": asdict(self.cfg)}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        self.policy.load_state_dict(sd["policy"])
+        self.critic.load_state_dict(sd["critic"])
+        self.optimizer.load_state_dict(sd["optimizer"])
+        self.guard.load_state_dict(sd["guard"])

@@ -1,0 +1,93 @@
+"""Policy evaluation and filming over any ``VecEnv``: seeded episodes -> success rate and returns, and an mp4.
+
+Every runner (on-policy, off-policy, offline) and ``robot-rl eval`` use these; they take an ``act`` function
+(observations -> actions [N, A]) so they work for any policy type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robot_rl import keys
+from robot_rl.env import Obs, VecEnv, episode_mask
+from robot_rl.logging import write_video
+
+ActFn = Callable[[Obs], torch.Tensor]
+
+
+@dataclass
+class EvalResult:
+    num_episodes: int
+    success_rate: float  # fraction of episodes that succeeded at any step
+    mean_return: float  # undiscounted, reward units
+    std_return: float
+    mean_length: float  # env steps
+    seed: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@torch.no_grad()
+def evaluate(env: VecEnv, act: ActFn, num_episodes: int, seed: int) -> EvalResult:
+    """Run ``num_episodes`` episodes from ``env.reset(seed)`` and summarize them.
+
+    Episodes are spread evenly over the envs and each env contributes its *first* episodes (not whichever end
+    first), so short episodes are not over-represented.
+    """
+    if num_episodes < 1:
+        raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
+    n = env.num_envs
+    quota = torch.full((n,), num_episodes // n, dtype=torch.long)
+    quota[: num_episodes % n] += 1
+    taken = torch.zeros(n, dtype=torch.long)
+    returns, lengths, successes = [], [], []
+    obs, _ = env.reset(seed=seed)
+    max_steps = int(quota.max()) * env.max_episode_length + 1
+    for _ in range(max_steps):
+        if bool((taken >= quota).all()):
+            break
+        obs, _, terminated, truncated, info = env.step(act(obs).to(env.device))
+        done = episode_mask(terminated, truncated).cpu()
+        if not bool(done.any()):
+            continue
+        ep = {k: v.cpu() for k, v in info[keys.EPISODE].items()}
+        for i in done.nonzero().flatten().tolist():
+            if taken[i] < quota[i]:
+                taken[i] += 1
+                returns.append(float(ep[keys.EP_RETURN][i]))
+                lengths.append(float(ep[keys.EP_LENGTH][i]))
+                successes.append(float(ep[keys.EP_SUCCESS][i]))
+    r = torch.tensor(returns)
+    return EvalResult(num_episodes=len(returns), success_rate=float(torch.tensor(successes).mean()),
+                      mean_return=float(r.mean()), std_return=float(r.std()) if len(returns) > 1 else 0.0,
+                      mean_length=float(torch.tensor(lengths).mean()), seed=seed)
+
+
+@torch.no_grad()
+def record_video(env: VecEnv, act: ActFn, path: str | Path, seed: int, num_episodes: int = 2,
+                 camera: str = "front", width: int = 320, height: int = 240) -> Path:
+    """Film env 0 for ``num_episodes`` episodes into an mp4 at the env's control rate.
+
+    The env resets inside ``step``, so the frame after an episode's last step already shows the next episode.
+    """
+    env_ids = torch.tensor([0])
+
+    def frame() -> torch.Tensor:
+        return env.render(camera=camera, width=width, height=height, env_ids=env_ids)[0].cpu()
+
+    obs, _ = env.reset(seed=seed)
+    frames, episodes = [frame()], 0
+    for _ in range(num_episodes * env.max_episode_length + 1):
+        obs, _, terminated, truncated, _ = env.step(act(obs).to(env.device))
+        frames.append(frame())
+        if bool(episode_mask(terminated, truncated)[0]):
+            episodes += 1
+            if episodes >= num_episodes:
+                break
+    return write_video(torch.stack(frames), path, fps=1.0 / env.control_dt)

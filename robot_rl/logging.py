@@ -1,0 +1,159 @@
+"""What a run shows and leaves behind: a progress bar, TensorBoard (and optional W&B) scalars, the learning
+curve (``curve.jsonl`` + ``learning_curve.png``) and mp4 videos. Shared by every runner."""
+
+from __future__ import annotations
+
+import json
+import logging as _pylogging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+log = _pylogging.getLogger(__name__)
+
+CURVE_FILE = "curve.jsonl"
+CURVE_PNG = "learning_curve.png"
+
+
+@dataclass
+class LoggerConfig:
+    """Where scalars go."""
+
+    progress: bool = True  # tqdm bar on stderr (steps/s, mean return, success rate)
+    tensorboard: bool = True  # event files under <run_dir>/tb
+    wandb: bool = False  # also log to Weights & Biases (needs the wandb package; offline unless configured)
+    wandb_project: str = "robot_rl"  # W&B project name
+
+
+class RunLogger:
+    """Progress bar + scalar sinks + the learning-curve history of one run.
+
+    Args:
+        run_dir: the run folder.
+        cfg: which sinks.
+        total_steps: env steps the run aims at (the bar's total), or None when bounded by time.
+        initial_steps: env steps already done (a resumed run).
+        config: the run's resolved config (sent to W&B).
+    """
+
+    def __init__(self, run_dir: str | Path, cfg: LoggerConfig, total_steps: int | None = None,
+                 initial_steps: int = 0, config: dict[str, Any] | None = None) -> None:
+        self.run_dir, self.cfg = Path(run_dir), cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._bar = self._writer = self._wandb = None
+        if cfg.progress:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total_steps, initial=initial_steps, unit="step", unit_scale=True,
+                             dynamic_ncols=True, smoothing=0.1)
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.run_dir / "tb"))
+        if cfg.wandb:
+            try:
+                import wandb
+            except ImportError:
+                log.warning("logger.wandb=true but the wandb package is not installed; W&B logging is off")
+            else:
+                self._wandb = wandb.init(project=cfg.wandb_project, dir=str(self.run_dir), config=config,
+                                         name=self.run_dir.name, resume="allow")
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        """Log scalars at env step ``step`` (TensorBoard tags as given, e.g. ``reward/distance``)."""
+        if self._writer is not None:
+            for k, v in values.items():
+                self._writer.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(dict(values), step=step)
+
+    def progress(self, steps: int, mean_return: float | None, success_rate: float | None) -> None:
+        """Advance the bar by ``steps`` env steps and show the rolling episode stats."""
+        if self._bar is None:
+            return
+        self._bar.update(steps)
+        post = {}
+        if mean_return is not None:
+            post["return"] = f"{mean_return:.2f}"
+        if success_rate is not None:
+            post["success"] = f"{success_rate:.2f}"
+        self._bar.set_postfix(post, refresh=False)
+
+    # ----------------------------------------------------------------------------------- learning curve
+    def curve_point(self, point: dict[str, float]) -> None:
+        """Append one point (iteration, env_steps, wall_s, success_rate, mean_return) to ``curve.jsonl``."""
+        with open(self.run_dir / CURVE_FILE, "a") as f:
+            f.write(json.dumps(point) + "\n")
+
+    def truncate_curve(self, iteration: int) -> None:
+        """Drop points after ``iteration`` (a resumed run redoes them)."""
+        pts = [p for p in read_curve(self.run_dir) if p.get("iteration", 0) <= iteration]
+        tmp = self.run_dir / (CURVE_FILE + ".tmp")
+        tmp.write_text("".join(json.dumps(p) + "\n" for p in pts))
+        os.replace(tmp, self.run_dir / CURVE_FILE)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._writer is not None:
+            self._writer.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_curve(run_dir: str | Path) -> list[dict[str, float]]:
+    f = Path(run_dir) / CURVE_FILE
+    if not f.is_file():
+        return []
+    out = []
+    for line in f.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill
+            continue
+    return out
+
+
+def plot_learning_curve(points: list[dict[str, float]], path: str | Path, title: str = "") -> Path:
+    """PNG with success rate and mean return against env steps (left) and wall-clock minutes (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6), sharey="row")
+    steps = [p["env_steps"] for p in points]
+    minutes = [p["wall_s"] / 60 for p in points]
+    for row, (key, label) in enumerate((("success_rate", "success rate"), ("mean_return", "mean return"))):
+        ys = [np.nan if p.get(key) is None else p[key] for p in points]
+        for col, (xs, xlabel) in enumerate(((steps, "env steps"), (minutes, "wall-clock (min)"))):
+            ax = axes[row][col]
+            ax.plot(xs, ys)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
+def write_video(frames: torch.Tensor | np.ndarray, path: str | Path, fps: float = 30.0) -> Path:
+    """Write uint8 frames [T, 3, H, W] or [T, H, W, 3] to an mp4 (H.264 through imageio-ffmpeg)."""
+    import imageio.v2 as imageio
+
+    arr = frames.cpu().numpy() if isinstance(frames, torch.Tensor) else np.asarray(frames)
+    if arr.dtype != np.uint8 or arr.ndim != 4:
+        raise ValueError(f"frames must be uint8 [T, 3, H, W] or [T, H, W, 3], got {arr.dtype} {arr.shape}")
+    if arr.shape[1] == 3 and arr.shape[-1] != 3:
+        arr = arr.transpose(0, 2, 3, 1)
+    with imageio.get_writer(str(path), fps=fps, codec="libx264", macro_block_size=1, ffmpeg_log_level="error") as w:
+        for frame in arr:
+            w.append_data(np.ascontiguousarray(frame))
+    return Path(path)

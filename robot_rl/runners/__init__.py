@@ -1,0 +1,1 @@
+"""Training loops: act -> step -> store -> update -> log -> checkpoint."""

@@ -1,0 +1,142 @@
+"""The on-policy loop: collect T steps of N envs -> GAE -> PPO update -> log -> checkpoint."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from robot_rl import keys
+from robot_rl.algos.guard import NonFiniteError
+from robot_rl.algos.ppo import PPO
+from robot_rl.buffers.rollout import RolloutBuffer
+from robot_rl.checkpoint import Checkpoint, CheckpointManager
+from robot_rl.env import VecEnv, episode_mask
+from robot_rl.logging import RunLogger
+from robot_rl.runners.common import EpisodeStats, restore_run_state, run_state, to_device
+
+
+@dataclass
+class OnPolicyRunnerConfig:
+    """How long to train and how often to log and checkpoint."""
+
+    num_steps: int = 24  # T, env steps per env per rollout
+    total_steps: int | None = 3_000_000  # stop after this many env steps (summed over envs); None: no limit
+    max_minutes: float | None = None  # stop after this much wall-clock (minutes, summed over resumes)
+    checkpoint_every: int = 50  # iterations between checkpoints (the last iteration is always saved)
+    stop_success_rate: float | None = None  # also stop once the rolling success rate reaches this (0..1)
+    success_window: int = 200  # finished episodes in the rolling return / success statistics
+    seed: int = 0  # env.reset seed of a fresh run
+
+    def __post_init__(self) -> None:
+        if self.num_steps < 1 or self.checkpoint_every < 1 or self.success_window < 1:
+            raise ValueError("num_steps, checkpoint.every and success_window must be >= 1")
+        if self.total_steps is None and self.max_minutes is None:
+            raise ValueError("set total_steps or max_minutes (or both): the run needs a stopping rule")
+
+
+class OnPolicyRunner:
+    """Owns the loop; the algorithm never sees the env, the env never sees the algorithm.
+
+    Args:
+        env: the batched env (any device; tensors are moved to ``algo.device``).
+        algo: the learner.
+        cfg: the loop's settings.
+        logger: progress bar / scalar sinks / learning curve.
+        checkpoints: where checkpoints go.
+        meta: JSON written into every checkpoint (task, obs/action spec, config) for resume checks.
+    """
+
+    def __init__(self, env: VecEnv, algo: PPO, cfg: OnPolicyRunnerConfig, logger: RunLogger,
+                 checkpoints: CheckpointManager, meta: dict[str, Any]) -> None:
+        self.env, self.algo, self.cfg, self.logger = env, algo, cfg, logger
+        self.checkpoints, self.meta = checkpoints, meta
+        self.device = algo.device
+        groups = {algo.policy.cfg.obs_key, algo.critic.cfg.obs_key}
+        self.buffer = RolloutBuffer(cfg.num_steps, env.num_envs, {g: env.obs_spec.shapes[g] for g in groups},
+                                    env.action_dim, self.device, {g: env.obs_spec.dtype(g) for g in groups})
+        self.stats = EpisodeStats(cfg.success_window)
+        self.iteration, self.env_steps, self.elapsed_s = 0, 0, 0.0
+        self.obs: dict[str, torch.Tensor] | None = None
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Continue from a checkpoint: learner, env, observations, RNGs and counters as they were."""
+        self.obs, runner = restore_run_state(ckpt, self.algo, self.env, self.device)
+        self.iteration, self.env_steps, self.elapsed_s = runner["iteration"], runner["env_steps"], runner["elapsed_s"]
+        self.stats.load_state_dict(runner["stats"])
+
+    def _done(self) -> bool:
+        c = self.cfg
+        success = self.stats.summary().get("episode/success_rate")
+        return ((c.total_steps is not None and self.env_steps >= c.total_steps)
+                or (c.max_minutes is not None and self.elapsed_s >= 60.0 * c.max_minutes)
+                or (c.stop_success_rate is not None and success is not None and success >= c.stop_success_rate))
+
+    def learn(self) -> dict[str, float]:
+        """Train until the stopping rule; returns the last logged scalars."""
+        if self.obs is None:
+            obs, _ = self.env.reset(seed=self.cfg.seed)
+            self.obs = to_device(obs, self.device)
+        scalars: dict[str, float] = {}
+        while not self._done():
+            try:
+                scalars = self._iteration()
+            except NonFiniteError as e:
+                raise NonFiniteError(f"{e}; the last good checkpoint is {self.checkpoints.latest()}") from e
+            if self._done() or self.iteration % self.cfg.checkpoint_every == 0:
+                start = time.perf_counter()
+                self.save()
+                self.elapsed_s += time.perf_counter() - start
+        return scalars
+
+    def _iteration(self) -> dict[str, float]:
+        start = time.perf_counter()
+        env, algo, buf, obs = self.env, self.algo, self.buffer, self.obs
+        algo.train_mode()
+        log_sums: dict[str, float] = {}
+        with torch.no_grad():
+            for _ in range(self.cfg.num_steps):
+                out = algo.act(obs)
+                next_obs, reward, terminated, truncated, info = env.step(out.action.to(env.device))
+                next_obs = to_device(next_obs, self.device)
+                terminated, truncated = terminated.to(self.device), truncated.to(self.device)
+                reward = algo.bootstrap_time_outs(reward.to(self.device), truncated,
+                                                  to_device(info[keys.FINAL_OBS], self.device))
+                done = episode_mask(terminated, truncated)
+                buf.add(obs, out.action, out.log_prob, out.value, out.mean, out.std, reward, done)
+                self.stats.add(info, done)
+                for k, v in info.get(keys.LOG, {}).items():
+                    log_sums[k] = log_sums.get(k, 0.0) + v if k.startswith("reward/") else v
+                obs = next_obs
+            buf.compute_returns(algo.value(obs), algo.cfg.gamma, algo.cfg.lam)
+        collect_s = time.perf_counter() - start
+        losses = algo.update(buf)
+        buf.clear()
+        self.obs = obs
+        steps = self.cfg.num_steps * env.num_envs
+        self.iteration += 1
+        self.env_steps += steps
+        dt = time.perf_counter() - start
+        self.elapsed_s += dt
+        scalars = {k: (v / self.cfg.num_steps if k.startswith("reward/") else v) for k, v in log_sums.items()}
+        scalars.update(losses)
+        scalars.update(self.stats.summary())
+        scalars.update({"perf/fps": steps / dt, "perf/collect_fraction": collect_s / dt,
+                        "perf/iteration": self.iteration})
+        self.logger.scalars(self.env_steps, scalars)
+        summary = self.stats.summary()
+        ret, succ = summary.get("episode/return"), summary.get("episode/success_rate")
+        self.logger.progress(steps, ret, succ)
+        self.logger.curve_point({"iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.elapsed_s,
+                                 "success_rate": succ, "mean_return": ret})
+        return scalars
+
+    def save(self) -> None:
+        """Checkpoint now (score: the rolling mean return, for keeping the best)."""
+        runner = {"iteration": self.iteration, "env_steps": self.env_steps, "elapsed_s": self.elapsed_s,
+                  "stats": self.stats.state_dict()}
+        self.checkpoints.save(self.iteration, run_state(self.algo, self.env, self.obs, runner),
+                              {**self.meta, "env_steps": self.env_steps}, policy=self.algo.policy,
+                              score=self.stats.summary().get("episode/return"))

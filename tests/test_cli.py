@@ -1,0 +1,167 @@
+"""The ``robot-rl`` command line: train/eval artifacts, clear config errors, resume guard, kill-and-resume."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from robot_rl.checkpoint import LATEST, flatten_tree, load_checkpoint
+from robot_rl.cli.main import main
+
+ROBOT_RL = Path(sys.executable).parent / "robot-rl"
+CLI = [str(ROBOT_RL)] if ROBOT_RL.exists() else [sys.executable, "-m", "robot_rl.cli.main"]
+TINY = ["sim.num_envs=8", "algo.num_steps=8", "algo.policy.hidden_dims=[32,32]", "algo.critic.hidden_dims=[32,32]",
+        "logger.progress=false"]
+# Bitwise-reproducible runs for the resume tests: deterministic torch, a checkpoint every iteration.
+DETERMINISTIC = [*TINY, "deterministic=true", "checkpoint.every=1", "checkpoint.keep_last=2", "eval.enabled=false",
+                 "logger.tensorboard=false"]
+
+
+def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    """One tiny training run with the end-of-run evaluation, video and curve."""
+    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    out = _run(["train", *TINY, "total_steps=512", f"run_dir={run_dir}", "checkpoint.every=4", "eval.num_episodes=8",
+                "eval.num_envs=8", "eval.video_episodes=1", "eval.width=64", "eval.height=48"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    return run_dir
+
+
+def test_train_writes_checkpoints_eval_video_curve_and_tensorboard(trained_run):
+    r = trained_run
+    for f in ("eval.json", "policy.mp4", "learning_curve.png", "curve.jsonl", "config.yaml"):
+        assert (r / f).is_file() and (r / f).stat().st_size > 0, f
+    assert list((r / "tb").glob("events.out.tfevents.*"))
+    result = json.loads((r / "eval.json").read_text())
+    assert result["eval"]["num_episodes"] == 8 and 0.0 <= result["eval"]["success_rate"] <= 1.0
+    assert (r / "checkpoints" / LATEST).read_text() == "iter_00000008"
+    ckpt = load_checkpoint(r)
+    assert ckpt.meta["env_steps"] == 512 and ckpt.meta["task"] == "so101_reach"
+
+
+def test_eval_command(trained_run, tmp_path, capsys):
+    out_dir = tmp_path / "eval"
+    assert main(["eval", f"checkpoint={trained_run}", "num_episodes=4", "num_envs=4", "video_episodes=1",
+                 "width=64", "height=48", f"out_dir={out_dir}"]) == 0
+    result = json.loads((out_dir / "eval.json").read_text())
+    assert result["eval"]["num_episodes"] == 4 and result["iteration"] == 8
+    assert (out_dir / "policy.mp4").stat().st_size > 0 and (out_dir / "learning_curve.png").is_file()
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("algo.gamma=abc", "algo.gamma"),
+    ("algo.schedule=cosine", "algo.schedule must be one of"),
+    ("algo.policy.activation=swish", "unknown activation 'swish'"),
+    ("+algo.bogus=1", "algo.bogus"),
+    ("task=no_such_task", "no_such_task"),
+    ("device=tpu", "device='tpu'"),
+    ("sim.num_envs=0", "sim.num_envs must be >= 1"),
+    ("total_steps=null", "stopping rule"),
+])
+def test_bad_config_is_a_clear_error(override, expected, capsys, tmp_path):
+    assert main(["train", override, f"run_dir={tmp_path}", "logger.progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert "error" in err and expected in err, err
+
+
+def test_resume_refuses_a_different_task(trained_run, capsys):
+    assert main(["train", "task=so101_lift", f"resume={trained_run}", "logger.progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot resume" in err and "so101_lift" in err and "obs_spec" in err, err
+
+
+def test_resume_refuses_a_pickle(tmp_path, capsys):
+    (tmp_path / "model.pt").write_bytes(b"\x80\x04K\x01.")
+    assert main(["train", f"resume={tmp_path / 'model.pt'}", "logger.progress=false"]) == 2
+    assert "only safetensors + JSON" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- kill and resume (B1)
+def _latest(run_dir: Path) -> str | None:
+    try:
+        return (run_dir / "checkpoints" / LATEST).read_text()
+    except OSError:
+        return None
+
+
+def _slow_fsync_env(tmp_path: Path) -> dict[str, str]:
+    """A sitecustomize that makes every fsync sleep, so kills often land inside checkpoint writes."""
+    shim = tmp_path / "shim"
+    shim.mkdir(exist_ok=True)
+    (shim / "sitecustomize.py").write_text(
+        "import os, time\n_fsync = os.fsync\n"
+        "def _slow(fd):\n    time.sleep(0.02)\n    return _fsync(fd)\nos.fsync = _slow\n")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]))
+
+
+def _train_with_kills(run_dir: Path, args: list[str], kills: int, seed: int, env: dict[str, str]) -> tuple[int, int]:
+    """Run to completion, SIGKILLing it ``kills`` times at random moments after some progress, resuming each
+    time with ``resume=RUN`` alone (the run folder comes from the checkpoint). Returns (kills done, kills that hit
+    an unfinished checkpoint write)."""
+    rng = random.Random(seed)
+    done = inside = 0
+    cwd = run_dir.parent / "cwd"  # resumed runs must not create a new run folder here
+    cwd.mkdir(exist_ok=True)
+    while True:
+        before = _latest(run_dir)
+        where = [f"resume={run_dir}"] if before is not None else [f"run_dir={run_dir}"]
+        proc = subprocess.Popen([*CLI, "train", *args, *where], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        if done < kills:
+            while proc.poll() is None and _latest(run_dir) == before:  # at least one new checkpoint
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.6))
+            if proc.poll() is None:
+                inside += any((run_dir / "checkpoints").glob(".tmp-iter_*"))
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                done += 1
+                continue
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        assert not any(cwd.iterdir()), list(cwd.iterdir())
+        return done, inside
+
+
+def _assert_same_final_state(a: Path, b: Path) -> None:
+    ca, cb = load_checkpoint(a), load_checkpoint(b)
+    assert ca.path.name == cb.path.name
+    ta, _ = flatten_tree(ca.state)
+    tb, _ = flatten_tree(cb.state)
+    assert ta.keys() == tb.keys()
+    differ = [k for k in ta if not (ta[k].dtype == tb[k].dtype and torch.equal(ta[k], tb[k]))]
+    assert not differ, f"not bitwise equal after resume: {differ[:10]}"
+    # Network weights and optimizer moments are among the compared tensors.
+    assert any(k.startswith("/algo/policy/") for k in ta) and any(k.startswith("/algo/optimizer/state") for k in ta)
+
+
+def _kill_resume_case(tmp_path: Path, kills: int, iterations: int, seed: int) -> None:
+    args = [*DETERMINISTIC, f"total_steps={8 * 8 * iterations}"]
+    reference = tmp_path / "reference"
+    out = _run(["train", *args, f"run_dir={reference}"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    done, inside = _train_with_kills(tmp_path / "killed", args, kills, seed, _slow_fsync_env(tmp_path))
+    print(f"{done} kills, {inside} inside a checkpoint write")
+    assert done == kills
+    _assert_same_final_state(reference, tmp_path / "killed")
+    assert not list((tmp_path / "killed" / "checkpoints").glob(".tmp-*"))
+
+
+def test_kill_and_resume_is_bitwise_equal(tmp_path):
+    _kill_resume_case(tmp_path, kills=3, iterations=16, seed=0)
+
+
+@pytest.mark.slow
+def test_kill_and_resume_is_bitwise_equal_20_kills(tmp_path):
+    _kill_resume_case(tmp_path, kills=20, iterations=60, seed=1)

@@ -1,0 +1,73 @@
+"""Gaussian policy, empirical normalizer, and the exported policy loading without algorithm code."""
+
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+from policies import GaussianPolicy, GaussianPolicyConfig, load_policy
+from policies.normalizer import EmpiricalNormalizer
+
+
+def test_normalizer_matches_batch_statistics_and_freezes():
+    torch.manual_seed(0)
+    norm = EmpiricalNormalizer(3)
+    batches = [torch.randn(n, 3) * torch.tensor([1.0, 5.0, 0.1]) + torch.tensor([2.0, -1.0, 0.0])
+               for n in (5, 17, 64)]
+    for b in batches:
+        norm.update(b)
+    allx = torch.cat(batches)
+    torch.testing.assert_close(norm.mean, allx.mean(0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(norm.var, allx.var(0, unbiased=False), rtol=1e-4, atol=1e-5)
+    assert norm.count.item() == len(allx)
+    y = norm(allx)
+    torch.testing.assert_close(y.mean(0), torch.zeros(3), atol=1e-4, rtol=0)
+    # NaN rows are ignored; eval mode freezes the statistics.
+    before = norm.mean.clone()
+    norm.update(torch.full((4, 3), float("nan")))
+    assert torch.equal(norm.mean, before)
+    norm.eval()
+    norm.update(torch.randn(10, 3) + 100)
+    assert torch.equal(norm.mean, before)
+
+
+def test_policy_act_and_distribution_shapes():
+    pol = GaussianPolicy(GaussianPolicyConfig(obs_dim=5, action_dim=2, hidden_dims=[16], init_std=0.5))
+    obs = {"policy": torch.randn(7, 5)}
+    assert pol.act(obs).shape == (7, 2)
+    assert pol.act(obs).abs().max() <= 1.0
+    dist = pol.distribution(obs)
+    torch.testing.assert_close(dist.stddev, torch.full((7, 2), 0.5))
+    torch.testing.assert_close(pol.act(obs, deterministic=True), pol(obs).clamp(-1, 1))
+
+
+def test_exported_policy_loads_without_algorithm_code(tmp_path):
+    torch.manual_seed(0)
+    pol = GaussianPolicy(GaussianPolicyConfig(obs_dim=4, action_dim=3, hidden_dims=[8, 8]))
+    pol.update_normalizer(torch.randn(50, 4) * 3 + 1)  # statistics travel with the weights
+    pol.save(tmp_path / "policy")
+    x = torch.randn(6, 4)
+    expected = pol.eval().act(x)
+    loaded = load_policy(tmp_path / "policy")
+    assert torch.equal(loaded.act(x), expected)
+    assert not loaded.training
+
+    torch.save(x, tmp_path / "x.pt")  # test data only (written and read with weights_only)
+    torch.save(expected, tmp_path / "expected.pt")
+    code = textwrap.dedent(f"""
+        import sys, torch
+        import policies
+        p = policies.load_policy({str(tmp_path / 'policy')!r})
+        x = torch.load({str(tmp_path / 'x.pt')!r}, weights_only=True)
+        want = torch.load({str(tmp_path / 'expected.pt')!r}, weights_only=True)
+        assert torch.equal(p.act(x), want)
+        bad = sorted(m for m in sys.modules if m.split('.')[0] in ('sim', 'real', 'mujoco', 'lerobot')
+                     or m.startswith('robot_rl.algos') or m.startswith('robot_rl.runners')
+                     or m in ('robot_rl.checkpoint', 'robot_rl.critics', 'hydra'))
+        assert not bad, bad
+        print('ok')
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

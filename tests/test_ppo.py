@@ -1,0 +1,149 @@
+"""PPO: learns a trivial task, guards against non-finite updates, runs a few iterations on so101_reach."""
+
+import pytest
+import torch
+
+from policies import GaussianPolicy, GaussianPolicyConfig
+from robot_rl import keys
+from robot_rl.algos.guard import NonFiniteError
+from robot_rl.algos.ppo import PPO, PPOConfig, gaussian_kl
+from robot_rl.buffers.rollout import RolloutBuffer
+from robot_rl.checkpoint import CheckpointManager, flatten_tree
+from robot_rl.critics import CriticConfig, MLPCritic
+from robot_rl.evaluation import evaluate
+from robot_rl.logging import LoggerConfig, RunLogger
+from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
+from tests._toy_envs import PointMassEnv
+
+QUIET = LoggerConfig(progress=False, tensorboard=False)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny networks: one intra-op thread is ~20x faster than two on a loaded 2-core machine (OpenMP spinning)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def make_ppo(env, device="cpu", **cfg) -> PPO:
+    policy = GaussianPolicy(GaussianPolicyConfig(obs_dim=env.obs_spec.shapes[keys.POLICY][0],
+                                                 action_dim=env.action_dim, hidden_dims=[32, 32], init_std=0.5))
+    critic = MLPCritic(CriticConfig(obs_dim=env.obs_spec.shapes[keys.CRITIC][0], hidden_dims=[32, 32]))
+    return PPO(policy, critic, PPOConfig(**cfg), device=device)
+
+
+def make_runner(env, algo, tmp_path, total_steps, num_steps=16, every=1000):
+    cfg = OnPolicyRunnerConfig(num_steps=num_steps, total_steps=total_steps, checkpoint_every=every,
+                               success_window=64)
+    return OnPolicyRunner(env, algo, cfg, RunLogger(tmp_path, QUIET), CheckpointManager(tmp_path / "ckpt"), {})
+
+
+def test_ppo_solves_point_mass(tmp_path):
+    torch.manual_seed(0)
+    env = PointMassEnv(num_envs=64)
+    algo = make_ppo(env)
+    make_runner(env, algo, tmp_path, total_steps=64 * 16 * 25).learn()
+    algo.eval_mode()
+    result = evaluate(PointMassEnv(num_envs=32, seed=1), lambda o: algo.policy.act(o), 64, seed=123)
+    assert result.success_rate >= 0.95, result
+    assert result.mean_length < 15, result  # it drives straight there (≤ 1 m at 0.1 m per step)
+
+
+def _filled_buffer(env, algo, num_steps=8) -> RolloutBuffer:
+    buf = RolloutBuffer(num_steps, env.num_envs, env.obs_spec.shapes, env.action_dim, "cpu")
+    obs, _ = env.reset(seed=0)
+    for _ in range(num_steps):
+        out = algo.act(obs)
+        obs2, reward, term, trunc, info = env.step(out.action)
+        reward = algo.bootstrap_time_outs(reward, trunc, info[keys.FINAL_OBS])
+        buf.add(obs, out.action, out.log_prob, out.value, out.mean, out.std, reward, term | trunc)
+        obs = obs2
+    buf.compute_returns(algo.value(obs), algo.cfg.gamma, algo.cfg.lam)
+    return buf
+
+
+def _snapshot(algo):
+    tensors, skeleton = flatten_tree({"opt": algo.optimizer.state_dict(), "policy": algo.policy.state_dict(),
+                                      "critic": algo.critic.state_dict()})
+    return tensors, skeleton
+
+
+def _assert_bitwise_equal(a, b):
+    assert a[1] == b[1]  # the JSON part: lr, step counts in param_groups
+    assert a[0].keys() == b[0].keys()
+    for k in a[0]:
+        assert torch.equal(a[0][k], b[0][k]), k
+
+
+@pytest.mark.parametrize("inject", ["nan_loss", "inf_grad", "nan_grad"])
+def test_nonfinite_update_is_skipped_with_optimizer_untouched(inject):
+    torch.manual_seed(0)
+    env = PointMassEnv(num_envs=16)
+    algo = make_ppo(env, num_epochs=2, num_minibatches=2, max_consecutive_nonfinite=100)
+    algo.update(_filled_buffer(env, algo))  # a good update first: Adam has moments and a step count
+    assert algo.guard.skipped == 0
+    buf = _filled_buffer(env, algo)  # (collection updates the normalizers: snapshot after it)
+    before = _snapshot(algo)
+    handle = None
+    if inject == "nan_loss":
+        buf.advantages[3, 2] = float("nan")  # one NaN sample poisons the advantage normalization -> loss
+    else:
+        bad = float("inf") if inject == "inf_grad" else float("nan")
+        handle = algo.critic.net[0].weight.register_hook(lambda g: torch.full_like(g, bad))
+    stats = algo.update(buf)
+    if handle is not None:
+        handle.remove()
+    _assert_bitwise_equal(before, _snapshot(algo))
+    assert algo.guard.skipped == 4 and stats["nonfinite_skips"] == 4.0
+    # A good update afterwards resets the consecutive count and does change the parameters.
+    algo.update(_filled_buffer(env, algo))
+    assert algo.guard.consecutive == 0 and algo.guard.skipped == 4
+
+
+def test_too_many_nonfinite_updates_stop_the_run_naming_the_last_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    env = PointMassEnv(num_envs=16)
+    algo = make_ppo(env)
+    runner = make_runner(env, algo, tmp_path, total_steps=16 * 8 * 2, num_steps=8, every=1)
+    runner.learn()
+    good = runner.checkpoints.latest()
+    assert good is not None and good.name == "iter_00000002"
+    algo.policy.mean_net[0].weight.register_hook(lambda g: torch.full_like(g, float("nan")))
+    runner.cfg.total_steps = 16 * 8 * 10
+    with pytest.raises(NonFiniteError, match="iter_00000002"):
+        runner.learn()
+    assert algo.guard.consecutive == 11
+
+
+def test_gaussian_kl_matches_torch():
+    g = torch.Generator().manual_seed(0)
+    m1, m2 = torch.randn(5, 3, generator=g), torch.randn(5, 3, generator=g)
+    s1, s2 = torch.rand(5, 3, generator=g) + 0.1, torch.rand(5, 3, generator=g) + 0.1
+    ref = torch.distributions.kl_divergence(torch.distributions.Normal(m1, s1), torch.distributions.Normal(m2, s2))
+    torch.testing.assert_close(gaussian_kl(m1, s1, m2, s2), ref.sum(-1))
+
+
+def test_adaptive_lr_moves_within_bounds():
+    torch.manual_seed(0)
+    env = PointMassEnv(num_envs=16)
+    algo = make_ppo(env, learning_rate=1e-3, desired_kl=1e-9, lr_min=2e-4)  # every step's KL is "too large"
+    algo.update(_filled_buffer(env, algo))
+    assert algo.learning_rate == pytest.approx(2e-4)
+
+
+def test_ppo_smoke_so101_reach(tmp_path):
+    from sim.core import SimConfig
+    from sim.registry import make_env, task_config
+
+    torch.manual_seed(0)
+    env = make_env("so101_reach", SimConfig(num_envs=8, num_threads=1), task_config("so101_reach"))
+    algo = make_ppo(env)
+    runner = make_runner(env, algo, tmp_path, total_steps=8 * 8 * 3, num_steps=8, every=3)
+    stats = runner.learn()
+    env.close()
+    assert runner.iteration == 3
+    for k in ("loss/surrogate", "loss/value", "kl", "learning_rate", "perf/fps", "reward/distance"):
+        assert k in stats and torch.isfinite(torch.tensor(stats[k])), k
+    assert runner.checkpoints.latest().name == "iter_00000003"
