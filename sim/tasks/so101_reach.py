@@ -24,8 +24,8 @@ class ReachConfig:
     max_delta: float = 0.08  # rad per control step for arm joints at |a| = 1
     max_delta_gripper: float = 0.15  # rad per control step for the gripper at |a| = 1
     init_joint_noise: float = 0.1  # rad, uniform noise around the home pose at reset
-    target_low: list[float] = field(default_factory=lambda: [0.15, -0.15, 0.05])  # m
-    target_high: list[float] = field(default_factory=lambda: [0.30, 0.15, 0.25])  # m
+    target_low: list[float] = field(default_factory=lambda: [0.10, -0.22, 0.03])  # m
+    target_high: list[float] = field(default_factory=lambda: [0.32, 0.22, 0.28])  # m
     success_threshold: float = 0.02  # m, tool-to-target distance that counts as reached
     terminate_on_success: bool = True
     reward_weights: dict[str, float] = field(
