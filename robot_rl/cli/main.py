@@ -23,7 +23,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 USAGE = """usage: robot-rl <command> [key=value ...]
 
 commands:
-  train   train a policy:   robot-rl train task=so101_reach algo=ppo sim=mujoco [total_steps=...] [resume=PATH]
+  train   train a policy:   robot-rl train task=so101_reach algo=ppo|flashsac sim=mujoco [total_steps=...] [resume=PATH]
   eval    evaluate / film:  robot-rl eval checkpoint=PATH [num_episodes=100]
 
 Options are Hydra overrides of the YAML files in {config_dir}."""
@@ -67,7 +67,14 @@ def _build_ppo(algo_raw: dict[str, Any], env: Any, device: Any) -> tuple[Any, in
     return PPO(GaussianPolicy(policy_cfg), MLPCritic(critic_cfg), ppo_cfg, device), num_steps
 
 
-ALGOS = {"ppo": _build_ppo}
+def _build_flashsac(algo_raw: dict[str, Any], env: Any, device: Any) -> tuple[Any, dict[str, Any]]:
+    """FlashSAC and the off-policy runner's keys (robot_rl/cli/offpolicy.py)."""
+    from robot_rl.cli.offpolicy import build_flashsac
+
+    return build_flashsac(algo_raw, env, device)
+
+
+ALGOS = {"ppo": _build_ppo, "flashsac": _build_flashsac}
 
 
 def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: Any, ev: Any, device: Any,
@@ -150,13 +157,19 @@ def train(cfg: Any) -> Path:
         _warn_changed(ckpt.meta.get("config", {}), full)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    runner_cfg = OnPolicyRunnerConfig(num_steps=num_steps, total_steps=s.total_steps, max_minutes=s.max_minutes,
-                                      checkpoint_every=ckpt_s.every, stop_success_rate=s.stop_success_rate,
-                                      success_window=s.success_window, seed=s.seed)
     start_steps = int(ckpt.meta.get("env_steps", 0)) if ckpt is not None else 0
     logger = RunLogger(run_dir, log_s, s.total_steps, start_steps, config=full)
-    runner = OnPolicyRunner(env, algo, runner_cfg, logger, CheckpointManager(run_dir / "checkpoints",
-                                                                             ckpt_s.keep_last), meta)
+    if algo_name == "flashsac":  # off-policy: num_steps holds the runner's keys of configs/algo/flashsac.yaml
+        from robot_rl.cli.offpolicy import make_off_policy_runner
+
+        runner = make_off_policy_runner(env, algo, num_steps, s, ckpt_s.every, logger,
+                                        CheckpointManager(run_dir / "checkpoints", ckpt_s.keep_last), meta)
+    else:
+        runner_cfg = OnPolicyRunnerConfig(num_steps=num_steps, total_steps=s.total_steps, max_minutes=s.max_minutes,
+                                          checkpoint_every=ckpt_s.every, stop_success_rate=s.stop_success_rate,
+                                          success_window=s.success_window, seed=s.seed)
+        runner = OnPolicyRunner(env, algo, runner_cfg, logger, CheckpointManager(run_dir / "checkpoints",
+                                                                                 ckpt_s.keep_last), meta)
     if ckpt is not None:
         runner.restore(ckpt)
         logger.truncate_curve(runner.iteration)

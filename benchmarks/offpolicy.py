@@ -1,0 +1,305 @@
+"""FlashSAC vs Stable-Baselines3 SAC (and our PPO), side by side in one run.
+
+Part 1, our tasks at equal wall-clock: FlashSAC (configs/algo/flashsac.yaml, the CLI's CPU defaults), SB3 SAC (its
+defaults: 1 env, [256, 256] MLPs, batch 256, 1 update per step, lr 3e-4) on the same env through
+``sim.gym.sb3_vec_env``, and our PPO (configs/algo/ppo.yaml). Every ``eval_every`` seconds of training the clock
+stops and the deterministic policy is evaluated on 50 seeded episodes (the same for every method); success rate
+against training wall-clock is the curve.
+
+Part 2, gymnasium MuJoCo at equal env steps: FlashSAC (DESIGN.md §5's single-CPU-env setting: 1 env, batch 512,
+1 update per step; the rest from flashsac.yaml) vs SB3 SAC (defaults), both on one env, through
+``sim.gym_vec.GymVecEnv`` for ours; mean return of 5 deterministic episodes at the end.
+
+    python benchmarks/offpolicy.py --quick    # so101_reach, 1 seed, 3 min per method; HalfCheetah-v5 5k steps
+    python benchmarks/offpolicy.py            # so101_reach + so101_lift, 3 seeds, 15 min each; HalfCheetah-v5 and
+                                              # Humanoid-v5, 3 seeds, 100k steps (many hours on 2 cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import matplotlib
+import numpy as np
+import torch
+
+from benchmarks.common import RESULTS, goal, write_result
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+TARGET, EVAL_EPISODES, EVAL_SEED = 0.9, 50, 10_000
+Curve = list[tuple[float, int, float, float]]  # (train wall s, env steps, success rate, mean return)
+
+
+def _eval_env(task: str) -> Any:
+    from sim.core import SimConfig
+    from sim.registry import make_env, task_config
+
+    return make_env(task, SimConfig(num_envs=EVAL_EPISODES, num_threads=2, seed=EVAL_SEED), task_config(task))
+
+
+def _evaluate(env: Any, act: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> tuple[float, float]:
+    from robot_rl.evaluation import evaluate
+
+    r = evaluate(env, act, EVAL_EPISODES, seed=EVAL_SEED)
+    return r.success_rate, r.mean_return
+
+
+def _ours(task: str, algo: str, seed: int, budget_s: float, eval_every: float) -> Curve:
+    """Our learner as ``robot-rl train task=<task> algo=<algo>`` builds it, driven iteration by iteration."""
+    from omegaconf import OmegaConf
+
+    from robot_rl.checkpoint import CheckpointManager
+    from robot_rl.cli.main import ALGOS, _compose, _seed_everything
+    from robot_rl.logging import LoggerConfig, RunLogger
+    from robot_rl.runners.common import to_device
+    from sim.registry import config_from_dict, make_env, sim_config_from_dict
+
+    cfg = OmegaConf.to_container(_compose("train", [f"task={task}", f"algo={algo}", f"seed={seed}"]), resolve=True)
+    task_raw, algo_raw = dict(cfg["task"]), dict(cfg["algo"])
+    task_raw.pop("name"), algo_raw.pop("name")
+    _seed_everything(seed)
+    env = make_env(task, sim_config_from_dict(cfg["sim"]), config_from_dict(task, task_raw))
+    device = torch.device("cpu")
+    built, extra = ALGOS[algo](algo_raw, env, device)
+    tmp = Path(tempfile.mkdtemp(prefix=f"offpolicy_{algo}_"))
+    logger = RunLogger(tmp, LoggerConfig(progress=False, tensorboard=False))
+    if algo == "flashsac":
+        from robot_rl.runners.off_policy import OffPolicyRunner, OffPolicyRunnerConfig
+
+        runner: Any = OffPolicyRunner(env, built, OffPolicyRunnerConfig(total_steps=None, max_minutes=1e9, seed=seed,
+                                                                        **extra), logger, None, {})
+        step = runner.run_iteration
+    else:
+        from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
+
+        runner = OnPolicyRunner(env, built, OnPolicyRunnerConfig(num_steps=extra, total_steps=None, max_minutes=1e9,
+                                                                 seed=seed), logger, CheckpointManager(tmp / "c"), {})
+        step = runner._iteration  # the runner's loop body, without its checkpoint writes
+    obs, _ = env.reset(seed=seed)
+    runner.obs = to_device(obs, device)
+    ev, curve, next_eval = _eval_env(task), [], 0.0
+    policy = built.policy
+    while True:
+        if runner.elapsed_s >= next_eval or runner.elapsed_s >= budget_s:
+            policy.eval()
+            succ, ret = _evaluate(ev, lambda o: policy.act(o, deterministic=True))
+            curve.append((round(runner.elapsed_s, 1), runner.env_steps, succ, round(ret, 3)))
+            print(f"  {algo:8s} {task} seed {seed}: {runner.elapsed_s:6.1f} s {runner.env_steps:8d} steps "
+                  f"success {succ:.2f} return {ret:7.2f}", flush=True)
+            next_eval += eval_every
+            if runner.elapsed_s >= budget_s:
+                break
+        step()
+    env.close()
+    ev.close()
+    logger.close()
+    return curve
+
+
+def _sb3_sac(task: str, seed: int, budget_s: float, eval_every: float) -> Curve:
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from sim.core import SimConfig
+    from sim.gym import sb3_vec_env
+    from sim.registry import make_env, task_config
+
+    venv = sb3_vec_env(make_env(task, SimConfig(num_envs=1, num_threads=1, seed=seed), task_config(task)))
+    venv.seed(seed)
+    model = SAC("MlpPolicy", venv, seed=seed, device="cpu", verbose=0)
+    ev, curve = _eval_env(task), []
+
+    def act(o: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.as_tensor(model.predict(o["policy"].cpu().numpy(), deterministic=True)[0])
+
+    class Clock(BaseCallback):
+        def _on_training_start(self) -> None:
+            self.t0, self.paused, self.next = time.perf_counter(), 0.0, 0.0
+
+        def _on_step(self) -> bool:
+            train_s = time.perf_counter() - self.t0 - self.paused
+            if train_s >= self.next or train_s >= budget_s:
+                start = time.perf_counter()
+                succ, ret = _evaluate(ev, act)
+                self.paused += time.perf_counter() - start
+                curve.append((round(train_s, 1), self.num_timesteps, succ, round(ret, 3)))
+                print(f"  sb3_sac  {task} seed {seed}: {train_s:6.1f} s {self.num_timesteps:8d} steps "
+                      f"success {succ:.2f} return {ret:7.2f}", flush=True)
+                self.next += eval_every
+            return train_s < budget_s
+
+    model.learn(total_timesteps=10**9, callback=Clock())
+    venv.close()
+    ev.close()
+    return curve
+
+
+def _gym_flashsac(env_id: str, seed: int, steps: int) -> float:
+    from omegaconf import OmegaConf
+
+    from robot_rl.cli.main import _compose, _seed_everything
+    from robot_rl.cli.offpolicy import build_flashsac
+    from robot_rl.logging import LoggerConfig, RunLogger
+    from robot_rl.runners.off_policy import OffPolicyRunner, OffPolicyRunnerConfig
+    from sim.gym_vec import GymVecEnv
+
+    algo_raw = OmegaConf.to_container(_compose("train", ["algo=flashsac"]).algo, resolve=True)
+    algo_raw.pop("name")
+    algo_raw.update(batch_size=512, updates_per_step=1.0, learning_starts=1000, steps_per_iteration=100)
+    _seed_everything(seed)
+    env = GymVecEnv(env_id, num_envs=1, seed=seed)
+    algo, extra = build_flashsac(algo_raw, env, torch.device("cpu"))
+    tmp = Path(tempfile.mkdtemp(prefix="offpolicy_gym_"))
+    runner = OffPolicyRunner(env, algo, OffPolicyRunnerConfig(total_steps=steps, seed=seed, **extra),
+                             RunLogger(tmp, LoggerConfig(progress=False, tensorboard=False)), None, {})
+    runner.learn()
+    algo.policy.eval()
+    return _gym_return(env_id, seed, lambda x: algo.policy.act(torch.as_tensor(x, dtype=torch.float32)[None])[0]
+                       .numpy())
+
+
+def _gym_sb3_sac(env_id: str, seed: int, steps: int) -> float:
+    import gymnasium
+    from stable_baselines3 import SAC
+
+    model = SAC("MlpPolicy", gymnasium.make(env_id), seed=seed, device="cpu", verbose=0)
+    model.learn(total_timesteps=steps)
+    low, high = model.action_space.low, model.action_space.high
+    # our GymVecEnv maps [-1, 1] onto the bounds; SB3 predicts in env units: rescale back for the shared scorer
+    return _gym_return(env_id, seed, lambda x: 2.0 * (model.predict(x, deterministic=True)[0] - low) / (high - low)
+                       - 1.0)
+
+
+def _gym_return(env_id: str, seed: int, act: Callable[[np.ndarray], np.ndarray], episodes: int = 5) -> float:
+    import gymnasium
+
+    env = gymnasium.make(env_id)
+    low, high = env.action_space.low, env.action_space.high
+    total = []
+    for i in range(episodes):
+        x, _ = env.reset(seed=EVAL_SEED + seed * 100 + i)
+        done, ret = False, 0.0
+        while not done:
+            a = np.clip(act(x), -1.0, 1.0)
+            x, r, term, trunc, _ = env.step(low + 0.5 * (a + 1.0) * (high - low))
+            ret, done = ret + float(r), term or trunc
+        total.append(ret)
+    env.close()
+    return float(np.mean(total))
+
+
+def _time_to(curve: Curve, target: float) -> float | None:
+    return next((c[0] for c in curve if c[2] >= target), None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="so101_reach, 1 seed, 3 min each; HalfCheetah 5k steps")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--budget-s", type=float, default=None, help="override the wall-clock budget per method")
+    parser.add_argument("--gym-steps", type=int, default=None, help="override the env steps of part 2")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.quick:
+        tasks, seeds, budget_s, eval_every = ["so101_reach"], [0], 180.0, 20.0
+        gym_ids, gym_seeds, gym_steps = ["HalfCheetah-v5"], [0], 5_000
+    else:
+        tasks, seeds, budget_s, eval_every = ["so101_reach", "so101_lift"], [0, 1, 2], 900.0, 30.0
+        gym_ids, gym_seeds, gym_steps = ["HalfCheetah-v5", "Humanoid-v5"], [0, 1, 2], 100_000
+
+    budget_s, gym_steps = args.budget_s or budget_s, args.gym_steps or gym_steps
+    part1: dict[str, dict[str, dict[int, Curve]]] = {}
+    for task in tasks:
+        part1[task] = {"flashsac": {}, "sb3_sac": {}, "ppo": {}}
+        for seed in seeds:
+            part1[task]["flashsac"][seed] = _ours(task, "flashsac", seed, budget_s, eval_every)
+            part1[task]["sb3_sac"][seed] = _sb3_sac(task, seed, budget_s, eval_every)
+            part1[task]["ppo"][seed] = _ours(task, "ppo", seed, budget_s, eval_every)
+    part2: dict[str, dict[str, dict[int, float]]] = {}
+    for env_id in gym_ids:
+        part2[env_id] = {"flashsac": {}, "sb3_sac": {}}
+        for seed in gym_seeds:
+            for name, fn in (("flashsac", _gym_flashsac), ("sb3_sac", _gym_sb3_sac)):
+                start = time.perf_counter()
+                part2[env_id][name][seed] = fn(env_id, seed, gym_steps)
+                print(f"  {name:8s} {env_id} seed {seed}: return {part2[env_id][name][seed]:.1f} after {gym_steps} "
+                      f"steps ({time.perf_counter() - start:.0f} s)", flush=True)
+
+    # ------------------------------------------------------------------------------------------ summary
+    goals, summary = [], {}
+    for task, methods in part1.items():
+        s = {}
+        for name, runs in methods.items():
+            finals = [c[-1][2] for c in runs.values()]
+            times = [_time_to(c, TARGET) for c in runs.values()]
+            s[name] = {"final_success_median": statistics.median(finals),
+                       "time_to_90_s": times, "final_success": finals}
+        summary[task] = s
+        # A FlashSAC run that never reached 90% counts as twice the budget, a PPO run as the budget: never
+        # reaching it cannot meet the goal, and the ratio stays a bound in the right direction.
+        t_flash = statistics.median(t if t is not None else 2 * budget_s for t in s["flashsac"]["time_to_90_s"])
+        t_ppo = statistics.median(t if t is not None else budget_s for t in s["ppo"]["time_to_90_s"])
+        goals += [goal(f"flashsac_success_at_budget_{task}", s["flashsac"]["final_success_median"], 0.9, ">="),
+                  goal(f"flashsac_minus_sb3_sac_success_at_budget_{task}",
+                       s["flashsac"]["final_success_median"] - s["sb3_sac"]["final_success_median"], 0.0, ">="),
+                  goal(f"flashsac_over_ppo_time_to_90_{task}", t_flash / t_ppo, 1.0, "<=")]
+    for env_id, methods in part2.items():
+        med = {name: statistics.median(v.values()) for name, v in methods.items()}
+        summary[env_id] = {"return_median": med, "returns": methods, "env_steps": gym_steps}
+        goals.append(goal(f"flashsac_minus_sb3_sac_return_{env_id}", med["flashsac"] - med["sb3_sac"], 0.0, ">="))
+
+    colors = {"flashsac": "tab:blue", "sb3_sac": "tab:orange", "ppo": "tab:green"}
+    fig, axes = plt.subplots(1, len(part1) + (1 if part2 else 0), figsize=(6 * (len(part1) + 1), 4), squeeze=False)
+    for ax, (task, methods) in zip(axes[0], part1.items(), strict=False):
+        for name, runs in methods.items():
+            for seed, curve in runs.items():
+                ax.plot([c[0] / 60 for c in curve], [c[2] for c in curve], color=colors[name], alpha=0.8,
+                        label=name if seed == seeds[0] else None)
+        ax.axhline(TARGET, color="gray", ls="--", lw=1)
+        ax.set(xlabel="training wall-clock (min)", ylabel="eval success rate (50 episodes)",
+               title=f"{task}, {len(seeds)} seed(s), 2 CPU cores")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    if part2:
+        ax = axes[0][-1]
+        names = list(colors)[:2]
+        for i, name in enumerate(names):
+            vals = [statistics.median(part2[e][name].values()) for e in part2]
+            ax.bar(np.arange(len(part2)) + 0.4 * i, vals, width=0.4, color=colors[name], label=name)
+        ax.set_xticks(np.arange(len(part2)) + 0.2, list(part2))
+        ax.set(ylabel=f"return after {gym_steps} env steps", title="gymnasium MuJoCo, equal env steps")
+        ax.legend()
+    fig.tight_layout()
+    args.out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out / "offpolicy.png", dpi=100)
+    plt.close(fig)
+
+    data = {"quick": args.quick, "budget_s_per_method": budget_s, "eval_every_s": eval_every,
+            "eval": f"{EVAL_EPISODES} deterministic episodes, reset seed {EVAL_SEED}; clock paused while evaluating",
+            "torch_threads": 1, "summary": summary,
+            "curves": {t: {m: {str(s): c for s, c in r.items()} for m, r in ms.items()} for t, ms in part1.items()},
+            "notes": [("time_to_90_s: first evaluation at >= 90% success (training seconds), null if never; in the "
+                       "ratio goal a FlashSAC run that never got there counts as twice the budget, a PPO run as the "
+                       "budget"),
+                      "machine shared with other jobs: wall-clock numbers are noisy"]}
+    path = write_result("offpolicy", data, goals, args.out)
+    print(f"wrote {path} and {args.out / 'offpolicy.png'}")
+    for g in goals:
+        print(f"  {g['name']}: {g['value']} (target {g['direction']} {g['target']}) met={g['met']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The off-policy loop: act -> step -> store -> update (UTD) -> log -> checkpoint, the replay buffer included."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from robot_rl import keys
+from robot_rl.algos.flashsac import FlashSAC
+from robot_rl.algos.guard import NonFiniteError
+from robot_rl.buffers.replay import ReplayBuffer
+from robot_rl.checkpoint import Checkpoint, CheckpointManager
+from robot_rl.env import VecEnv, episode_mask
+from robot_rl.logging import RunLogger
+from robot_rl.runners.common import EpisodeStats, restore_run_state, run_state, to_device
+
+
+@dataclass
+class OffPolicyRunnerConfig:
+    """How long to train and how often to log and checkpoint."""
+
+    steps_per_iteration: int = 16  # vector env steps between log points (the unit of checkpoint_every)
+    total_steps: int | None = 500_000  # stop after this many env steps (summed over envs); None: no limit
+    max_minutes: float | None = None  # stop after this much wall-clock (minutes, summed over resumes)
+    checkpoint_every: int = 50  # iterations between checkpoints (the last iteration is always saved)
+    stop_success_rate: float | None = None  # also stop once the rolling success rate reaches this (0..1)
+    success_window: int = 200  # finished episodes in the rolling return / success statistics
+    seed: int = 0  # env.reset seed of a fresh run
+    save_replay: bool = True  # the replay buffer goes into checkpoints (exact resume needs it)
+
+    def __post_init__(self) -> None:
+        if self.steps_per_iteration < 1 or self.checkpoint_every < 1 or self.success_window < 1:
+            raise ValueError("steps_per_iteration, checkpoint.every and success_window must be >= 1")
+        if self.total_steps is None and self.max_minutes is None:
+            raise ValueError("set total_steps or max_minutes (or both): the run needs a stopping rule")
+
+
+class OffPolicyRunner:
+    """Owns the loop and the replay buffer; the algorithm samples from it and never sees the env.
+
+    Args:
+        env: the batched env (any device; tensors are moved to ``algo.device``).
+        algo: the learner.
+        cfg: the loop's settings.
+        logger: progress bar / scalar sinks / learning curve.
+        checkpoints: where checkpoints go (None: none are written).
+        meta: JSON written into every checkpoint (task, obs/action spec, config) for resume checks.
+        demo: an optional second buffer (demos, interventions) mixed into every batch (RLPD).
+    """
+
+    def __init__(self, env: VecEnv, algo: FlashSAC, cfg: OffPolicyRunnerConfig, logger: RunLogger,
+                 checkpoints: CheckpointManager | None, meta: dict[str, Any], demo: ReplayBuffer | None = None) -> None:
+        self.env, self.algo, self.cfg, self.logger = env, algo, cfg, logger
+        self.checkpoints, self.meta = checkpoints, meta
+        self.device, self.demo = algo.device, demo
+        groups = algo.obs_groups
+        self.replay = ReplayBuffer(algo.cfg.buffer_size, env.num_envs, {g: env.obs_spec.shapes[g] for g in groups},
+                                   env.action_dim, self.device, {g: env.obs_spec.dtype(g) for g in groups})
+        self.stats = EpisodeStats(cfg.success_window)
+        self.iteration, self.env_steps, self.elapsed_s, self.update_debt = 0, 0, 0.0, 0.0
+        self.obs: dict[str, torch.Tensor] | None = None
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Continue from a checkpoint: learner, env, observations, replay, RNGs and counters as they were."""
+        self.obs, runner = restore_run_state(ckpt, self.algo, self.env, self.device)
+        self.iteration, self.env_steps, self.elapsed_s = runner["iteration"], runner["env_steps"], runner["elapsed_s"]
+        self.update_debt = float(runner["update_debt"])
+        self.stats.load_state_dict(runner["stats"])
+        if "replay" in runner:
+            self.replay.load_state_dict(runner["replay"])
+
+    def _done(self) -> bool:
+        c = self.cfg
+        success = self.stats.summary().get("episode/success_rate")
+        return ((c.total_steps is not None and self.env_steps >= c.total_steps)
+                or (c.max_minutes is not None and self.elapsed_s >= 60.0 * c.max_minutes)
+                or (c.stop_success_rate is not None and success is not None and success >= c.stop_success_rate))
+
+    def learn(self) -> dict[str, float]:
+        """Train until the stopping rule; returns the last logged scalars."""
+        if self.obs is None:
+            obs, _ = self.env.reset(seed=self.cfg.seed)
+            self.obs = to_device(obs, self.device)
+        scalars: dict[str, float] = {}
+        while not self._done():
+            try:
+                scalars = self.run_iteration()
+            except NonFiniteError as e:
+                last = self.checkpoints.latest() if self.checkpoints is not None else None
+                raise NonFiniteError(f"{e}; the last good checkpoint is {last}") from e
+            if self.checkpoints is not None and (self._done() or self.iteration % self.cfg.checkpoint_every == 0):
+                start = time.perf_counter()
+                self.save()
+                self.elapsed_s += time.perf_counter() - start
+        return scalars
+
+    def run_iteration(self) -> dict[str, float]:
+        """``steps_per_iteration`` vector steps, each followed by its share of gradient updates; then log."""
+        start = time.perf_counter()
+        env, algo, obs, utd = self.env, self.algo, self.obs, self.algo.cfg.updates_per_step
+        log_sums: dict[str, float] = {}
+        losses: dict[str, list[float]] = {}
+        update_s = 0.0
+        for _ in range(self.cfg.steps_per_iteration):
+            warmup = self.replay.num_transitions < algo.cfg.learning_starts
+            action = algo.random_action(env.num_envs) if warmup else algo.act(obs)
+            next_obs, reward, terminated, truncated, info = env.step(action.to(env.device))
+            next_obs = to_device(next_obs, self.device)
+            reward, terminated, truncated = (x.to(self.device) for x in (reward, terminated, truncated))
+            self.replay.add(obs, action, reward, terminated, truncated, next_obs,
+                            to_device(info[keys.FINAL_OBS], self.device))
+            algo.observe(reward, terminated, truncated)
+            self.stats.add(info, episode_mask(terminated, truncated))
+            for k, v in info.get(keys.LOG, {}).items():
+                log_sums[k] = log_sums.get(k, 0.0) + v if k.startswith("reward/") else v
+            obs = next_obs
+            if not warmup:
+                t0 = time.perf_counter()
+                algo.train_mode()
+                self.update_debt += utd
+                while self.update_debt >= 1.0:
+                    self.update_debt -= 1.0
+                    for k, v in algo.update(self.replay, self.demo).items():
+                        losses.setdefault(k, []).append(v)
+                update_s += time.perf_counter() - t0
+        self.obs = obs
+        steps = self.cfg.steps_per_iteration * env.num_envs
+        self.iteration += 1
+        self.env_steps += steps
+        dt = time.perf_counter() - start
+        self.elapsed_s += dt
+        scalars = {k: (v / self.cfg.steps_per_iteration if k.startswith("reward/") else v) for k, v in log_sums.items()}
+        scalars.update({k: sum(v) / len(v) for k, v in losses.items()})
+        summary = self.stats.summary()
+        scalars.update(summary)
+        scalars.update({"perf/fps": steps / dt, "perf/update_fraction": update_s / dt,
+                        "perf/iteration": self.iteration, "replay/transitions": self.replay.num_transitions})
+        self.logger.scalars(self.env_steps, scalars)
+        ret, succ = summary.get("episode/return"), summary.get("episode/success_rate")
+        self.logger.progress(steps, ret, succ)
+        self.logger.curve_point({"iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.elapsed_s,
+                                 "success_rate": succ, "mean_return": ret})
+        return scalars
+
+    def save(self) -> None:
+        """Checkpoint now (score: the rolling mean return, for keeping the best)."""
+        assert self.checkpoints is not None
+        runner = {"iteration": self.iteration, "env_steps": self.env_steps, "elapsed_s": self.elapsed_s,
+                  "update_debt": self.update_debt, "stats": self.stats.state_dict()}
+        if self.cfg.save_replay:
+            runner["replay"] = self.replay.state_dict()
+        self.checkpoints.save(self.iteration, run_state(self.algo, self.env, self.obs, runner),
+                              {**self.meta, "env_steps": self.env_steps}, policy=self.algo.policy,
+                              score=self.stats.summary().get("episode/return"))
