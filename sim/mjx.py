@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -62,6 +63,8 @@ def make_mjx_compatible(model: mujoco.MjModel) -> list[str]:
     * Collision pairs without an MJX collision function (cylinder-box, as of mujoco-mjx 3.17): the cylinder
       collides as the box that bounds it (same pose, half-sizes r, r, h). Same for both backends when the caller
       also hands this model to ``mujoco`` (the agreement tests do).
+    * Frictionless contacts (condim 1) under elliptic cones, which MJX does not implement: condim 3 (the pair's
+      own friction then applies).
     * Contact sensors MJX cannot compute (site, body or subtree matching, net-force reduction): a clear error
       naming the sensor; geom-geom contact sensors are supported.
     """
@@ -90,6 +93,16 @@ def make_mjx_compatible(model: mujoco.MjModel) -> list[str]:
         model.geom_rbound[g] = float(np.sqrt(2 * r * r + h * h))
         model.geom_aabb[g] = (0.0, 0.0, 0.0, r, r, h)
         changes.append(f"collision cylinder {_geom_label(model, g)} -> its bounding box")
+    if model.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC:
+        for p in range(model.npair):
+            if model.pair_dim[p] == 1:
+                model.pair_dim[p] = 3
+                changes.append(f"contact pair {_geom_label(model, model.pair_geom1[p])}-"
+                               f"{_geom_label(model, model.pair_geom2[p])}: condim 1 -> 3 (elliptic cones)")
+        for g in range(model.ngeom):
+            if model.geom_condim[g] == 1 and (model.geom_contype[g] or model.geom_conaffinity[g]):
+                model.geom_condim[g] = 3
+                changes.append(f"geom {_geom_label(model, g)}: condim 1 -> 3 (elliptic cones)")
     for i in range(model.nsensor):
         if model.sensor_type[i] != mujoco.mjtSensor.mjSENS_CONTACT:
             continue
@@ -101,6 +114,12 @@ def make_mjx_compatible(model: mujoco.MjModel) -> list[str]:
                 "which MJX cannot compute; match geoms against geoms instead")
     for c in changes:
         log.warning("mjx: %s", c)
+    if model.opt.ls_iterations > 10 or model.opt.iterations > 20:
+        # Under vmap MJX's line search runs all ls_iterations every solver iteration (a scan of conds turned into
+        # selects), and float32 rarely meets MuJoCo's default tolerance: the cost is ~iterations x ls_iterations.
+        log.warning("mjx: solver iterations=%d ls_iterations=%d make every MJX step expensive; MJX models usually "
+                    "set <option iterations=\"4-10\" ls_iterations=\"4-10\">", model.opt.iterations,
+                    model.opt.ls_iterations)
     return changes
 
 
@@ -129,6 +148,13 @@ def _masked_forward(mx: mjx.Model, data: mjx.Data, mask: jax.Array) -> mjx.Data:
     return jax.tree.map(pick, new, data)
 
 
+# Module-level, so that every MjxPhysics of the same model and N reuses one compiled executable.
+_STEP = jax.jit(_substeps, static_argnums=(2,))
+_FORWARD = jax.jit(_masked_forward)
+# One compiled broadcast of every field (eager per-field ops would compile ~100 tiny programs).
+_BATCH = jax.jit(lambda d, n: jax.tree.map(lambda x: jnp.repeat(x[None], n, axis=0), d), static_argnums=(1,))
+
+
 class MjxPhysics(Physics):
     """Batched MJX (JAX) physics behind torch tensors."""
 
@@ -142,9 +168,7 @@ class MjxPhysics(Physics):
         mujoco.mj_forward(model, d)
         one = mjx.put_data(model, d, device=self.jax_device, impl="jax")
         # Every env starts at the model's default state, like the mujoco backend.
-        self._data = jax.tree.map(lambda x: jnp.repeat(x[None], num_envs, axis=0), one)
-        self._step_fn = jax.jit(_substeps, static_argnums=(2,))
-        self._forward_fn = jax.jit(_masked_forward)
+        self._data = _BATCH(one, num_envs)
         self._scratch = d
         self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
         self.state = SimState(model, *(self._view(getattr(self._data, k)) for k in _VIEWED))
@@ -175,19 +199,26 @@ class MjxPhysics(Physics):
     # --------------------------------------------------------------------------------------------- physics
     def step(self, ctrl: torch.Tensor, nsubsteps: int) -> torch.Tensor:
         self.state.ctrl = ctrl  # converted (and, if needed, copied) to JAX's dtype by _from_torch
-        data, diverged = self._step_fn(self.mx, self._data_from_state(), int(nsubsteps))
+        data, diverged = _STEP(self.mx, self._data_from_state(), int(nsubsteps))
         self._publish(data)
         return torch.from_dlpack(diverged)
 
     def forward(self, env_ids: torch.Tensor) -> None:
         mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.torch_device)
         mask[env_ids.to(self.torch_device)] = True
-        self._publish(self._forward_fn(self.mx, self._data_from_state(), jax.dlpack.from_dlpack(mask)))
+        self._publish(_FORWARD(self.mx, self._data_from_state(), jax.dlpack.from_dlpack(mask)))
+
+    def describe(self) -> dict[str, int]:
+        """What one MJX step costs: contact slots and constraint rows (allocated for every env, touching or not)."""
+        impl = self._data._impl
+        return {"nq": self.model.nq, "nv": self.model.nv, "contact_slots": int(impl.contact.dist.shape[-1]),
+                "constraint_rows": int(impl.efc_J.shape[-2]), "iterations": int(self.model.opt.iterations),
+                "ls_iterations": int(self.model.opt.ls_iterations)}
 
     def precompile(self, nsubsteps: int) -> None:
         """Compile the step and the reset forward now (ahead of the first call), e.g. to time compilation."""
-        self._step_fn.lower(self.mx, self._data, int(nsubsteps)).compile()
-        self._forward_fn.lower(self.mx, self._data, jnp.zeros(self.num_envs, bool, device=self.jax_device)).compile()
+        _STEP.lower(self.mx, self._data, int(nsubsteps)).compile()
+        _FORWARD.lower(self.mx, self._data, jnp.zeros(self.num_envs, bool, device=self.jax_device)).compile()
 
     # ------------------------------------------------------------------------------------------- rendering
     def _load_env(self, i: int) -> mujoco.MjData:

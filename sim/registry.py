@@ -11,6 +11,7 @@ from sim.core import MujocoFamilyEnv, SimConfig, Task
 
 
 def _tasks() -> dict[str, tuple[type, type]]:
+    from sim.tasks.humanoid_walk import HumanoidWalkConfig, HumanoidWalkTask
     from sim.tasks.so101_lift import LiftConfig, LiftTask
     from sim.tasks.so101_push import PushConfig, PushTask
     from sim.tasks.so101_reach import ReachConfig, ReachTask
@@ -19,6 +20,7 @@ def _tasks() -> dict[str, tuple[type, type]]:
         "so101_reach": (ReachTask, ReachConfig),
         "so101_lift": (LiftTask, LiftConfig),
         "so101_push": (PushTask, PushConfig),
+        "humanoid_walk": (HumanoidWalkTask, HumanoidWalkConfig),
     }
 
 

@@ -53,7 +53,8 @@ def home_state(model: mujoco.MjModel, device: torch.device) -> HomeState:
     if kid >= 0:
         return HomeState(torch.as_tensor(model.key_qpos[kid].copy(), device=device),
                          torch.as_tensor(model.key_ctrl[kid].copy(), device=device))
-    return HomeState(torch.as_tensor(model.qpos0.copy(), device=device), torch.zeros(model.nu, dtype=torch.float64, device=device))
+    return HomeState(torch.as_tensor(model.qpos0.copy(), device=device),
+                     torch.zeros(model.nu, dtype=torch.float64, device=device))
 
 
 def reset_arm(state: SimState, arm: so101.SO101Arm, home: HomeState, env_ids: torch.Tensor, gen: torch.Generator,

@@ -1,0 +1,293 @@
+"""humanoid_walk: track a commanded planar velocity (vx, vy, yaw rate) with our 18-joint humanoid.
+
+The velocity-tracking recipe of legged_gym / mjlab: commands resampled during the episode, noisy proprioception
+for the policy and clean privileged state for the critic, reward terms as small batched functions with their
+weights in ``HumanoidWalkConfig.reward_weights``, and a fall ends the episode.
+
+World quantities are read through sensors added here with MjSpec (framepos, framequat, velocimeter, gyro,
+framelinvel, geom-geom contact), so the ``mujoco`` and ``mjx`` backends serve them the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mujoco
+import torch
+
+from robot_rl import keys
+from robot_rl.env import Obs, ObsSpec
+from sim.core import SimState, Task
+
+HUMANOID_XML = Path(__file__).resolve().parent.parent / "assets" / "humanoid.xml"
+FEET = ("left_foot", "right_foot")
+SOLES = ("in", "out")  # the two contact capsules under each foot
+
+
+@dataclass
+class HumanoidWalkConfig:
+    """humanoid_walk. Velocities in the base (pelvis) frame: +x forward, +y left; angles in rad."""
+
+    episode_length: int = 1000  # control steps (50 Hz: 20 s)
+    decimation: int = 4  # physics steps per control step (timestep 5 ms -> 50 Hz control)
+    action_scale: float = 0.5  # rad: joint target = default pose + action_scale * a, a in [-1, 1]
+    init_joint_noise: float = 0.1  # rad, uniform noise around the home pose at reset
+    init_yaw_range: float = math.pi  # rad, initial heading drawn from [-init_yaw_range, init_yaw_range]
+    command_resample_s: float = 10.0  # s between command draws (the first draw of each env is staggered)
+    lin_vel_x_range: list[float] = field(default_factory=lambda: [-0.5, 1.0])  # m/s
+    lin_vel_y_range: list[float] = field(default_factory=lambda: [-0.3, 0.3])  # m/s
+    ang_vel_z_range: list[float] = field(default_factory=lambda: [-0.8, 0.8])  # rad/s
+    standing_fraction: float = 0.1  # share of draws that command standing still
+    lin_vel_std: float = 0.5  # m/s, width of the linear-velocity tracking kernel
+    ang_vel_std: float = 0.5  # rad/s, width of the yaw-rate tracking kernel
+    air_time_threshold: float = 0.3  # s; steps with longer swings earn feet_air_time
+    soft_limit_factor: float = 0.9  # joint_pos_limits starts at this fraction of each joint's range
+    fall_height: float = 0.45  # m, pelvis height below which the robot has fallen
+    fall_tilt: float = 1.0  # rad, pelvis tilt beyond which the robot has fallen
+    obs_noise: bool = True  # uniform noise on the policy observations (the critic's are clean)
+    noise_lin_vel: float = 0.1  # m/s
+    noise_ang_vel: float = 0.2  # rad/s
+    noise_gravity: float = 0.05  # unit vector components
+    noise_joint_pos: float = 0.01  # rad
+    noise_joint_vel: float = 1.5  # rad/s
+    terminate_on_success: bool = False  # there is no success event: episodes end by falling or by time
+    reward_weights: dict[str, float] = field(default_factory=lambda: {
+        "track_lin_vel_xy_exp": 1.0, "track_ang_vel_z_exp": 0.5, "lin_vel_z": 1.0, "ang_vel_xy": 0.05,
+        "upright": 1.0, "posture": 0.1, "action_rate": 0.01, "joint_pos_limits": 5.0, "feet_air_time": 0.5,
+        "feet_slip": 0.1, "fall": 10.0,
+    })
+
+
+# ------------------------------------------------------------------------------------------- reward terms
+# Each returns [N], signed so that a positive weight is right (penalties are <= 0).
+
+def track_lin_vel_xy_exp(command: torch.Tensor, lin_vel_b: torch.Tensor, std: float) -> torch.Tensor:
+    """exp(-|v*_xy - v_xy|² / σ²), in (0, 1]."""
+    return torch.exp(-torch.sum((command[:, :2] - lin_vel_b[:, :2]) ** 2, dim=1) / std**2)
+
+
+def track_ang_vel_z_exp(command: torch.Tensor, ang_vel_b: torch.Tensor, std: float) -> torch.Tensor:
+    """exp(-(ω*_z - ω_z)² / σ²), in (0, 1]."""
+    return torch.exp(-((command[:, 2] - ang_vel_b[:, 2]) ** 2) / std**2)
+
+
+def lin_vel_z(lin_vel_b: torch.Tensor) -> torch.Tensor:
+    return -lin_vel_b[:, 2] ** 2
+
+
+def ang_vel_xy(ang_vel_b: torch.Tensor) -> torch.Tensor:
+    return -torch.sum(ang_vel_b[:, :2] ** 2, dim=1)
+
+
+def upright(gravity_b: torch.Tensor) -> torch.Tensor:
+    """-|g_xy|² of the unit gravity vector in the base frame: 0 when the pelvis is level."""
+    return -torch.sum(gravity_b[:, :2] ** 2, dim=1)
+
+
+def posture(joint_pos_rel: torch.Tensor) -> torch.Tensor:
+    return -torch.sum(joint_pos_rel**2, dim=1)
+
+
+def action_rate(action: torch.Tensor, prev_action: torch.Tensor) -> torch.Tensor:
+    return -torch.sum((action - prev_action) ** 2, dim=1)
+
+
+def joint_pos_limits(q: torch.Tensor, soft_low: torch.Tensor, soft_high: torch.Tensor) -> torch.Tensor:
+    """-Σ distance (rad) beyond the soft limits."""
+    return -torch.sum((q - soft_high).clamp(min=0.0) + (soft_low - q).clamp(min=0.0), dim=1)
+
+
+def feet_air_time(air_time: torch.Tensor, first_contact: torch.Tensor, command: torch.Tensor,
+                  threshold: float) -> torch.Tensor:
+    """Σ_feet (t_air - threshold) at touchdown, only while a motion is commanded (legged_gym)."""
+    moving = torch.linalg.norm(command, dim=1) > 0.1
+    return torch.sum((air_time - threshold) * first_contact, dim=1) * moving
+
+
+def feet_slip(contact: torch.Tensor, foot_vel_xy: torch.Tensor) -> torch.Tensor:
+    """-Σ_feet |v_xy|² of feet in contact. ``foot_vel_xy`` [N, feet, 2]."""
+    return -torch.sum(contact * torch.sum(foot_vel_xy**2, dim=2), dim=1)
+
+
+def quat_rotate_inverse(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """v [N, 3] in the world frame -> the frame of unit quaternion q [N, 4] (w, x, y, z)."""
+    w, u = q[:, :1], q[:, 1:]
+    return v * (2.0 * w**2 - 1.0) - 2.0 * w * torch.linalg.cross(u, v) + 2.0 * u * torch.sum(u * v, dim=1, keepdim=True)
+
+
+class HumanoidWalkTask(Task):
+    name = "humanoid_walk"
+    instruction = "Walk at the commanded velocity."
+
+    def __init__(self, cfg: HumanoidWalkConfig) -> None:
+        self.cfg = cfg
+        self.decimation = cfg.decimation
+        self.action_dim = 18
+
+    def build_spec(self) -> mujoco.MjSpec:
+        spec = mujoco.MjSpec.from_file(str(HUMANOID_XML))
+        site, geom = mujoco.mjtObj.mjOBJ_SITE, mujoco.mjtObj.mjOBJ_GEOM
+        s = mujoco.mjtSensor
+        spec.add_sensor(name="base_pos", type=s.mjSENS_FRAMEPOS, objtype=site, objname="imu")
+        spec.add_sensor(name="base_quat", type=s.mjSENS_FRAMEQUAT, objtype=site, objname="imu")
+        spec.add_sensor(name="base_lin_vel", type=s.mjSENS_VELOCIMETER, objtype=site, objname="imu")
+        spec.add_sensor(name="base_ang_vel", type=s.mjSENS_GYRO, objtype=site, objname="imu")
+        for f in FEET:
+            spec.add_sensor(name=f"{f}_pos", type=s.mjSENS_FRAMEPOS, objtype=site, objname=f)
+            spec.add_sensor(name=f"{f}_lin_vel", type=s.mjSENS_FRAMELINVEL, objtype=site, objname=f)
+            for sole in SOLES:  # geom-geom matching, "found" only: what MJX can compute
+                spec.add_sensor(name=f"{f}_{sole}_contact", type=s.mjSENS_CONTACT, objtype=geom,
+                                objname=f"{f.removesuffix('_foot')}_sole_{sole}", reftype=geom, refname="floor",
+                                intprm=[1, 0, 1])
+        return spec
+
+    def bind(self, model: mujoco.MjModel, num_envs: int, device: torch.device) -> None:
+        if model.nu != self.action_dim:
+            raise ValueError(f"humanoid_walk expects {self.action_dim} actuators, the model has {model.nu}")
+        jids = model.actuator_trnid[:, 0]
+        self.qpos_idx = torch.as_tensor(model.jnt_qposadr[jids], device=device)
+        self.qvel_idx = torch.as_tensor(model.jnt_dofadr[jids], device=device)
+        kid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, "home")
+        self.home_qpos = torch.as_tensor(model.key_qpos[kid], dtype=torch.float32, device=device)
+        self.default_q = self.home_qpos[self.qpos_idx]
+        rng = torch.as_tensor(model.jnt_range[jids], dtype=torch.float32, device=device)
+        mid, half = rng.mean(dim=1), 0.5 * (rng[:, 1] - rng[:, 0])
+        self.q_low, self.q_high = rng[:, 0], rng[:, 1]
+        self.soft_low = mid - self.cfg.soft_limit_factor * half
+        self.soft_high = mid + self.cfg.soft_limit_factor * half
+        cr = torch.as_tensor(model.actuator_ctrlrange, dtype=torch.float32, device=device)
+        self.ctrl_low, self.ctrl_high = cr[:, 0], cr[:, 1]
+        self.control_dt = float(model.opt.timestep) * self.decimation
+        self.resample_steps = max(1, round(self.cfg.command_resample_s / self.control_dt))
+        n, a = num_envs, self.action_dim
+        self.command = torch.zeros(n, 3, device=device)
+        self.command_timer = torch.zeros(n, dtype=torch.long, device=device)
+        self.last_action = torch.zeros(n, a, device=device)
+        self.prev_action = torch.zeros(n, a, device=device)
+        self.air_time = torch.zeros(n, len(FEET), device=device)
+        self.cmd_low = torch.tensor([self.cfg.lin_vel_x_range[0], self.cfg.lin_vel_y_range[0],
+                                     self.cfg.ang_vel_z_range[0]], device=device)
+        self.cmd_high = torch.tensor([self.cfg.lin_vel_x_range[1], self.cfg.lin_vel_y_range[1],
+                                      self.cfg.ang_vel_z_range[1]], device=device)
+        # Command and observation noise draws come from a generator on the env's device, re-seeded from the
+        # env's generator at every reset: same seed, same noise, on every backend.
+        self.rng = torch.Generator(device=device)
+        self.rng.manual_seed(0)
+        self.device = torch.device(device)
+        self.down = torch.tensor([0.0, 0.0, -1.0], device=device)
+        c = self.cfg  # uniform noise half-widths, in the order of the policy observation
+        self.noise_scale = torch.tensor([c.noise_lin_vel] * 3 + [c.noise_ang_vel] * 3 + [c.noise_gravity] * 3
+                                        + [c.noise_joint_pos] * a + [c.noise_joint_vel] * a + [0.0] * (a + 3),
+                                        device=device)
+
+    def obs_spec(self) -> ObsSpec:
+        return ObsSpec({keys.POLICY: (66,), keys.CRITIC: (69,)})
+
+    # ------------------------------------------------------------------------------------------ resets
+    def reset(self, state: SimState, env_ids: torch.Tensor, gen: torch.Generator) -> None:
+        n, dev = len(env_ids), self.device
+        self.rng.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        u = torch.rand(n, self.action_dim + 1, generator=gen).to(dev)
+        q = self.default_q + (u[:, :-1] * 2 - 1) * self.cfg.init_joint_noise
+        q = torch.maximum(torch.minimum(q, self.q_high), self.q_low)
+        yaw = (u[:, -1] * 2 - 1) * self.cfg.init_yaw_range
+        qpos = self.home_qpos.expand(n, -1).clone()
+        qpos[:, 3], qpos[:, 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)  # heading about +z (w, x, y, z)
+        qpos[:, self.qpos_idx] = q
+        state.qpos[env_ids] = qpos.to(state.qpos.dtype)
+        state.qvel[env_ids] = 0.0
+        state.ctrl[env_ids] = q.to(state.ctrl.dtype)
+        self._resample_commands(env_ids)
+        # Staggered first resampling, so that the envs' command changes spread over time.
+        self.command_timer[env_ids] = torch.randint(1, self.resample_steps + 1, (n,), generator=self.rng, device=dev)
+        self.last_action[env_ids] = 0.0
+        self.prev_action[env_ids] = 0.0
+        self.air_time[env_ids] = 0.0
+
+    def _resample_commands(self, env_ids: torch.Tensor) -> None:
+        n = len(env_ids)
+        u = torch.rand(n, 4, generator=self.rng, device=self.device)
+        cmd = self.cmd_low + u[:, :3] * (self.cmd_high - self.cmd_low)
+        self.command[env_ids] = torch.where(u[:, 3:] < self.cfg.standing_fraction, torch.zeros_like(cmd), cmd)
+
+    # ------------------------------------------------------------------------------------------ actions
+    def action_to_ctrl(self, state: SimState, action: torch.Tensor) -> torch.Tensor:
+        """Joint targets around the default pose. Also advances the command timers (once per control step)."""
+        self.prev_action.copy_(self.last_action)
+        self.last_action.copy_(action)
+        self.command_timer -= 1
+        due = self.command_timer <= 0
+        # Resampling every env and keeping the due ones avoids a data-dependent shape (and a GPU sync).
+        old = self.command.clone()
+        self._resample_commands(torch.arange(state.num_envs, device=self.device))
+        self.command.copy_(torch.where(due[:, None], self.command, old))
+        self.command_timer.masked_fill_(due, self.resample_steps)
+        target = self.default_q + self.cfg.action_scale * action
+        target = torch.maximum(torch.minimum(target, self.ctrl_high), self.ctrl_low)
+        return target.to(state.ctrl.dtype)
+
+    # ------------------------------------------------------------------------------------- observations
+    def _base(self, state: SimState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Base linear velocity, angular velocity (base frame) and unit gravity in the base frame, [N, 3] each."""
+        quat = state.sensor("base_quat").float()
+        gravity_b = quat_rotate_inverse(quat, self.down.expand(quat.shape[0], 3))
+        return state.sensor("base_lin_vel").float(), state.sensor("base_ang_vel").float(), gravity_b
+
+    def _contact(self, state: SimState) -> torch.Tensor:
+        """[N, feet] 1.0 where the foot touches the floor."""
+        return torch.cat([sum(state.sensor(f"{f}_{sole}_contact")[:, :1] for sole in SOLES) > 0 for f in FEET],
+                         dim=1).float()
+
+    def observations(self, state: SimState) -> Obs:
+        lin_vel, ang_vel, gravity = self._base(state)
+        q = state.qpos[:, self.qpos_idx].float() - self.default_q
+        qd = state.qvel[:, self.qvel_idx].float()
+        clean = [lin_vel, ang_vel, gravity, q, qd, self.last_action, self.command]
+        policy = torch.cat(clean, dim=1)
+        if self.cfg.obs_noise:
+            u = torch.rand(policy.shape, generator=self.rng, device=self.device)
+            policy = policy + (u * 2 - 1) * self.noise_scale
+        height = state.sensor("base_pos")[:, 2:3].float()
+        critic = torch.cat(clean + [height, self._contact(state)], dim=1)
+        return {keys.POLICY: policy, keys.CRITIC: critic}
+
+    # ------------------------------------------------------------------------------------------ rewards
+    def reward_terms(self, state: SimState, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Unweighted terms. Called once per control step after physics: it also updates the feet's air time."""
+        lin_vel, ang_vel, gravity = self._base(state)
+        q = state.qpos[:, self.qpos_idx].float()
+        contact = self._contact(state)
+        first_contact = contact * (self.air_time > 0)
+        air = feet_air_time(self.air_time, first_contact, self.command, self.cfg.air_time_threshold)
+        self.air_time.add_(self.control_dt).mul_(1.0 - contact)
+        foot_vel = torch.stack([state.sensor(f"{f}_lin_vel")[:, :2].float() for f in FEET], dim=1)
+        return {
+            "track_lin_vel_xy_exp": track_lin_vel_xy_exp(self.command, lin_vel, self.cfg.lin_vel_std),
+            "track_ang_vel_z_exp": track_ang_vel_z_exp(self.command, ang_vel, self.cfg.ang_vel_std),
+            "lin_vel_z": lin_vel_z(lin_vel),
+            "ang_vel_xy": ang_vel_xy(ang_vel),
+            "upright": upright(gravity),
+            "posture": posture(q - self.default_q),
+            "action_rate": action_rate(self.last_action, self.prev_action),
+            "joint_pos_limits": joint_pos_limits(q, self.soft_low, self.soft_high),
+            "feet_air_time": air,
+            "feet_slip": feet_slip(contact, foot_vel),
+            "fall": -self._fallen(state, gravity).float(),
+        }
+
+    def _fallen(self, state: SimState, gravity_b: torch.Tensor) -> torch.Tensor:
+        low = state.sensor("base_pos")[:, 2] < self.cfg.fall_height
+        tilted = gravity_b[:, 2] > -math.cos(self.cfg.fall_tilt)
+        return low | tilted
+
+    def terminated(self, state: SimState) -> torch.Tensor:
+        return self._fallen(state, self._base(state)[2])
+
+    def success(self, state: SimState) -> torch.Tensor:
+        return torch.zeros(state.num_envs, dtype=torch.bool, device=state.qpos.device)
+
+    def task_state_dict(self) -> dict[str, torch.Tensor]:
+        return {"command": self.command, "command_timer": self.command_timer, "last_action": self.last_action,
+                "prev_action": self.prev_action, "air_time": self.air_time}

@@ -1,0 +1,188 @@
+"""The mjx backend on the CPU, at tiny sizes: agreement with native MuJoCo, DLPack zero-copy, resets, faults.
+
+MJX compiles for about a minute per function on these CPUs, so everything that steps is ``slow`` and shares
+one compiled env per task (module-scoped fixtures). Model adaptation and zero-copy views need no compilation.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # before JAX picks a backend
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+
+import mujoco
+import pytest
+import torch
+
+pytest.importorskip("mujoco.mjx")
+
+from robot_rl import keys
+from sim.core import MujocoFamilyEnv, SimConfig
+from sim.mjx import MjxPhysics, make_mjx_compatible
+from sim.mujoco_cpu import MujocoPhysics
+from sim.registry import make_task
+
+N = 2
+STEPS = 50
+# Measured max |qpos_mjx - qpos_mujoco| over 50 control steps of random actions, N = 2, falls and auto-resets
+# included: humanoid_walk 2.1e-4, so101_reach see the test's message. MJX runs in float32, MuJoCo in float64.
+QPOS_TOL = {"humanoid_walk": 2e-3, "so101_reach": 2e-3}
+
+
+def _pair(task_name: str, solver_iterations: tuple[int, int] | None = None) -> dict[str, MujocoFamilyEnv]:
+    """The same compiled model (adapted for MJX; optionally other solver iterations) on both backends, N envs each."""
+    out = {}
+    for backend in ("mujoco", "mjx"):
+        task = make_task(task_name)
+        model = task.build_spec().compile()
+        make_mjx_compatible(model)
+        if solver_iterations is not None:
+            model.opt.iterations, model.opt.ls_iterations = solver_iterations
+        physics = MujocoPhysics(model, N, 1) if backend == "mujoco" else MjxPhysics(model, N, "cpu")
+        out[backend] = MujocoFamilyEnv(task, physics, SimConfig(backend=backend, num_envs=N, seed=0))
+    return out
+
+
+@pytest.fixture(scope="module")
+def humanoid_pair():
+    envs = _pair("humanoid_walk")
+    yield envs
+    for e in envs.values():
+        e.close()
+
+
+@pytest.fixture(scope="module")
+def reach_pair():
+    # Both backends get the scene with 10 / 8 solver iterations instead of its 100 / 50: under vmap MJX runs every
+    # line-search iteration, which at 50 costs ~30 s per control step on these CPUs. The comparison is between
+    # backends on one model, so the setting only has to be the same on both.
+    envs = _pair("so101_reach", solver_iterations=(10, 8))
+    yield envs
+    for e in envs.values():
+        e.close()
+
+
+def _agreement(envs: dict[str, MujocoFamilyEnv]) -> tuple[float, list[torch.Tensor]]:
+    gen = torch.Generator().manual_seed(1)
+    actions = [torch.rand(N, envs["mujoco"].action_dim, generator=gen) * 2 - 1 for _ in range(STEPS)]
+    traj = {}
+    for name, env in envs.items():
+        env.reset(seed=0)
+        qs, ends = [], []
+        for a in actions:
+            _, _, te, tr, _ = env.step(a)
+            qs.append(env.physics.state.qpos.double().cpu().clone())
+            ends.append(te | tr)
+        traj[name] = (torch.stack(qs), torch.stack(ends))
+    err = (traj["mujoco"][0] - traj["mjx"][0]).abs().max().item()
+    assert torch.equal(traj["mujoco"][1], traj["mjx"][1]), "episodes ended at different steps on the two backends"
+    return err, [traj["mujoco"][0], traj["mjx"][0]]
+
+
+@pytest.mark.slow
+def test_humanoid_walk_agrees_with_mujoco(humanoid_pair):
+    err, _ = _agreement(humanoid_pair)
+    assert err < QPOS_TOL["humanoid_walk"], f"max |dqpos| {err:.2e} over {STEPS} control steps"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # the SO-101 scene's 380 contact slots: ~12 min to compile on 2 busy cores
+def test_so101_reach_agrees_with_mujoco(reach_pair):
+    err, _ = _agreement(reach_pair)
+    assert err < QPOS_TOL["so101_reach"], f"max |dqpos| {err:.2e} over {STEPS} control steps"
+
+
+@pytest.mark.slow
+def test_observations_match_between_backends(humanoid_pair):
+    obs = {}
+    for name, env in humanoid_pair.items():
+        o, _ = env.reset(seed=3)
+        obs[name] = o
+    for k in (keys.POLICY, keys.CRITIC):
+        assert obs["mjx"][k].device == torch.device("cpu")
+        torch.testing.assert_close(obs["mjx"][k], obs["mujoco"][k], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_views_stay_zero_copy_after_step_and_reset(humanoid_pair):
+    env = humanoid_pair["mjx"]
+    env.reset(seed=0)
+    env.step(torch.zeros(N, env.action_dim))
+    phys = env.physics
+    for k in ("qpos", "qvel", "ctrl", "sensordata"):
+        assert getattr(phys.state, k).data_ptr() == getattr(phys._data, k).unsafe_buffer_pointer(), k
+
+
+@pytest.mark.slow
+def test_reset_written_through_torch_reaches_the_simulation_of_that_env_only(humanoid_pair):
+    env = humanoid_pair["mjx"]
+    env.reset(seed=0)
+    phys = env.physics
+    before = phys.state.sensordata.clone()
+    z0 = phys.state.sensor("base_pos")[:, 2].clone()
+    phys.state.qpos[1, 2] += 0.5  # lift env 1's pelvis
+    phys.forward(torch.tensor([1]))
+    z = phys.state.sensor("base_pos")[:, 2]
+    assert float(z[1]) == pytest.approx(float(z0[1]) + 0.5, abs=1e-5)
+    assert torch.equal(phys.state.sensordata[0], before[0])  # env 0 untouched
+
+
+@pytest.mark.slow
+def test_nonfinite_state_is_flagged_per_env(humanoid_pair):
+    env = humanoid_pair["mjx"]
+    env.reset(seed=0)
+    env.physics.state.qvel[0, 0] = float("nan")
+    obs, _, te, _, info = env.step(torch.zeros(N, env.action_dim))
+    assert te.tolist() == [True, False] and info["faulted"].tolist() == [True, False]
+    assert all(torch.isfinite(v).all() for v in obs.values())
+    assert torch.isfinite(env.physics.state.qpos).all()  # env 0 was reset
+
+
+def test_dlpack_views_are_zero_copy():
+    task = make_task("humanoid_walk")
+    phys = MjxPhysics(task.build_spec().compile(), N, "cpu")
+    s, d = phys.state, phys._data
+    for k in ("qpos", "qvel", "ctrl", "sensordata"):
+        assert getattr(s, k).data_ptr() == getattr(d, k).unsafe_buffer_pointer(), k
+    # torch -> jax: the array handed to the jitted step wraps the torch buffer
+    wrapped = phys._from_torch(s.qpos, d.qpos)
+    assert wrapped.unsafe_buffer_pointer() == s.qpos.data_ptr()
+    # writes through the torch view are what the next step reads
+    s.qpos[1, 0] = 1.25
+    assert float(phys._data_from_state().qpos[1, 0]) == 1.25
+    assert s.qpos.dtype == torch.float32 and s.qpos.shape == (N, 25)
+    phys.close()
+
+
+def test_model_adaptation_for_mjx():
+    model = mujoco.MjModel.from_xml_string("""
+    <mujoco><option solver="PGS"/><worldbody><geom name="floor" type="plane" size="1 1 0.1"/>
+      <body pos="0 0 0.5"><freejoint/><geom name="cyl" type="cylinder" size="0.05 0.1"/></body>
+      <body pos="0.3 0 0.5"><freejoint/><geom name="box" type="box" size="0.05 0.05 0.05"/></body>
+    </worldbody></mujoco>""")
+    changes = make_mjx_compatible(model)
+    assert model.opt.solver == mujoco.mjtSolver.mjSOL_NEWTON and any("PGS" in c for c in changes)
+    # MJX has no cylinder-box collision: the cylinder collides as its bounding box
+    assert model.geom("cyl").type[0] == mujoco.mjtGeom.mjGEOM_BOX and any("'cyl'" in c for c in changes)
+    assert model.geom("cyl").size.tolist() == pytest.approx([0.05, 0.05, 0.1])
+    from mujoco import mjx
+
+    mjx.put_model(model, impl="jax")  # accepted now
+
+
+def test_unsupported_contact_sensor_is_a_clear_error():
+    spec = make_task("humanoid_walk").build_spec()
+    spec.add_sensor(name="foot_touch_site", type=mujoco.mjtSensor.mjSENS_CONTACT, objtype=mujoco.mjtObj.mjOBJ_SITE,
+                    objname="left_foot", intprm=[1, 0, 1])
+    with pytest.raises(NotImplementedError, match="foot_touch_site"):
+        make_mjx_compatible(spec.compile())
+
+
+def test_cuda_device_without_jax_gpu_is_a_clear_error():
+    import jax
+
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX has a GPU here")
+    with pytest.raises(RuntimeError, match="JAX sees no GPU"):
+        MjxPhysics(make_task("humanoid_walk").build_spec().compile(), N, "cuda:0")
