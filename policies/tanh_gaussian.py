@@ -7,18 +7,16 @@ algorithm code.
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from policies.gaussian import CONFIG_FILE, WEIGHTS_FILE
 from policies.modules.flash import FlashNet
+from policies.persistence import load_policy_as, save_policy
 from robot_rl import keys
 
 
@@ -93,19 +91,9 @@ class TanhGaussianPolicy(nn.Module):
     # ------------------------------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` into the folder ``path`` (created if missing)."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / CONFIG_FILE).write_text(json.dumps({"type": self.type_name, **asdict(self.cfg)}, indent=2))
-        save_file({k: v.detach().cpu().contiguous().clone() for k, v in self.state_dict().items()},
-                  str(path / WEIGHTS_FILE))
+        save_policy(self, self.type_name, self.cfg, path)
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> TanhGaussianPolicy:
         """A policy saved by ``save``, in eval mode (BatchNorm on its running statistics)."""
-        path = Path(path)
-        raw = json.loads((path / CONFIG_FILE).read_text())
-        if raw.pop("type", cls.type_name) != cls.type_name:
-            raise ValueError(f"{path / CONFIG_FILE} is not a {cls.type_name!r} policy")
-        policy = cls(TanhGaussianPolicyConfig(**raw))
-        policy.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
-        return policy.to(device).eval()
+        return load_policy_as(cls, TanhGaussianPolicyConfig, path, device)

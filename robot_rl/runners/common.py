@@ -73,3 +73,12 @@ def restore_run_state(ckpt: Checkpoint, algo: Any, env: VecEnv, device: torch.de
     env.load_state_dict(state["env"])
     set_rng_state(state["rng"])
     return to_device(state["obs"], device), state["runner"]
+
+
+def should_stop(cfg: Any, stats: EpisodeStats, env_steps: int, elapsed_s: float) -> bool:
+    """The runners' stopping rule: ``cfg.total_steps`` env steps, ``cfg.max_minutes`` of training wall-clock, or a
+    rolling success rate of at least ``cfg.stop_success_rate`` (each optional)."""
+    success = stats.summary().get("episode/success_rate")
+    return ((cfg.total_steps is not None and env_steps >= cfg.total_steps)
+            or (cfg.max_minutes is not None and elapsed_s >= 60.0 * cfg.max_minutes)
+            or (cfg.stop_success_rate is not None and success is not None and success >= cfg.stop_success_rate))

@@ -15,7 +15,7 @@ from robot_rl.buffers.replay import ReplayBuffer
 from robot_rl.checkpoint import Checkpoint, CheckpointManager
 from robot_rl.env import VecEnv, episode_mask
 from robot_rl.logging import RunLogger
-from robot_rl.runners.common import EpisodeStats, restore_run_state, run_state, to_device
+from robot_rl.runners.common import EpisodeStats, restore_run_state, run_state, should_stop, to_device
 
 
 @dataclass
@@ -73,11 +73,7 @@ class OffPolicyRunner:
             self.replay.load_state_dict(runner["replay"])
 
     def _done(self) -> bool:
-        c = self.cfg
-        success = self.stats.summary().get("episode/success_rate")
-        return ((c.total_steps is not None and self.env_steps >= c.total_steps)
-                or (c.max_minutes is not None and self.elapsed_s >= 60.0 * c.max_minutes)
-                or (c.stop_success_rate is not None and success is not None and success >= c.stop_success_rate))
+        return should_stop(self.cfg, self.stats, self.env_steps, self.elapsed_s)
 
     def learn(self) -> dict[str, float]:
         """Train until the stopping rule; returns the last logged scalars."""
