@@ -31,6 +31,8 @@ class GaussianPolicyConfig:
     init_std: float = 1.0  # initial action std (action units, [-1, 1] scale)
     normalize_obs: bool = True  # empirical running mean/var normalization of the input
     obs_key: str = keys.POLICY  # observation group read when act() gets a dict
+    init: str = "default"  # weight init, policies.mlp.INITS ("orthogonal": √2 hidden, output_gain last layer)
+    output_gain: float = 0.01  # orthogonal gain of the mean head (small: actions start near 0)
 
     def __post_init__(self) -> None:
         if self.obs_dim < 1 or self.action_dim < 1:
@@ -52,7 +54,7 @@ class GaussianPolicy(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.normalizer = EmpiricalNormalizer(cfg.obs_dim) if cfg.normalize_obs else nn.Identity()
-        self.mean_net = mlp(cfg.obs_dim, cfg.hidden_dims, cfg.action_dim, cfg.activation)
+        self.mean_net = mlp(cfg.obs_dim, cfg.hidden_dims, cfg.action_dim, cfg.activation, cfg.init, cfg.output_gain)
         self.log_std = nn.Parameter(torch.full((cfg.action_dim,), math.log(cfg.init_std)))
 
     def _input(self, obs: dict[str, torch.Tensor] | torch.Tensor) -> torch.Tensor:

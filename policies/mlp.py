@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 from torch import nn
 
@@ -17,12 +18,28 @@ def activation(name: str) -> type[nn.Module]:
         raise ValueError(f"unknown activation {name!r}; allowed: {sorted(ACTIVATIONS)}") from None
 
 
-def mlp(in_dim: int, hidden_dims: list[int] | tuple[int, ...], out_dim: int, act: str = "elu") -> nn.Sequential:
-    """in_dim -> hidden_dims[0] -> ... -> out_dim, the activation between layers and none after the last."""
+INITS = ("default", "orthogonal")
+
+
+def mlp(in_dim: int, hidden_dims: list[int] | tuple[int, ...], out_dim: int, act: str = "elu",
+        init: str = "default", output_gain: float = 1.0) -> nn.Sequential:
+    """in_dim -> hidden_dims[0] -> ... -> out_dim, the activation between layers and none after the last.
+
+    ``init="orthogonal"``: orthogonal weights with gain √2 on hidden layers and ``output_gain`` on the last, zero
+    biases (the PPO initialisation of OpenAI baselines / SB3; a policy head at gain 0.01 starts with mean actions
+    near zero, so early exploration is the action noise alone). ``"default"`` keeps torch's Linear init.
+    """
+    if init not in INITS:
+        raise ValueError(f"unknown init {init!r}; allowed: {list(INITS)}")
     act_cls = activation(act)
     layers: list[nn.Module] = []
     dims = [in_dim, *hidden_dims]
     for a, b in itertools.pairwise(dims):
         layers += [nn.Linear(a, b), act_cls()]
     layers.append(nn.Linear(dims[-1], out_dim))
+    if init == "orthogonal":
+        linears = [m for m in layers if isinstance(m, nn.Linear)]
+        for i, lin in enumerate(linears):
+            nn.init.orthogonal_(lin.weight, gain=output_gain if i == len(linears) - 1 else math.sqrt(2.0))
+            nn.init.zeros_(lin.bias)
     return nn.Sequential(*layers)

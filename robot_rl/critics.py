@@ -21,6 +21,8 @@ class CriticConfig:
     activation: str = "elu"  # one of policies.mlp.ACTIVATIONS
     normalize_obs: bool = True  # empirical running mean/var normalization of the input
     obs_key: str = keys.CRITIC  # observation group read (privileged state: asymmetric actor/critic)
+    init: str = "default"  # weight init, policies.mlp.INITS ("orthogonal": √2 hidden, output_gain last layer)
+    output_gain: float = 1.0  # orthogonal gain of the value head
 
     def __post_init__(self) -> None:
         if self.obs_dim < 1:
@@ -34,7 +36,7 @@ class MLPCritic(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.normalizer = EmpiricalNormalizer(cfg.obs_dim) if cfg.normalize_obs else nn.Identity()
-        self.net = mlp(cfg.obs_dim, cfg.hidden_dims, 1, cfg.activation)
+        self.net = mlp(cfg.obs_dim, cfg.hidden_dims, 1, cfg.activation, cfg.init, cfg.output_gain)
 
     def _input(self, obs: dict[str, torch.Tensor] | torch.Tensor) -> torch.Tensor:
         return obs[self.cfg.obs_key] if isinstance(obs, dict) else obs

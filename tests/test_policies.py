@@ -71,3 +71,27 @@ def test_exported_policy_loads_without_algorithm_code(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_orthogonal_init_gains_and_refusal():
+    import math
+
+    import pytest
+
+    from policies.mlp import mlp
+
+    net = mlp(8, [16, 4], 3, "elu", init="orthogonal", output_gain=0.01)
+    lins = [m for m in net if isinstance(m, torch.nn.Linear)]
+    # rows of a gain-g orthogonal [out, in] matrix with out <= in are orthogonal with norm g
+    w1 = lins[1].weight  # [4, 16]
+    torch.testing.assert_close(w1 @ w1.T, 2.0 * torch.eye(4), atol=1e-5, rtol=0)
+    # [16, 8] (out > in): the columns are orthonormal times the gain instead
+    w0 = lins[0].weight
+    torch.testing.assert_close(w0.T @ w0, 2.0 * torch.eye(8), atol=1e-5, rtol=0)
+    torch.testing.assert_close(lins[2].weight @ lins[2].weight.T, 1e-4 * torch.eye(3), atol=1e-8, rtol=0)
+    assert all(float(lin.bias.abs().max()) == 0.0 for lin in lins)
+    assert math.isclose(float(lins[2].weight.norm(dim=1).max()), 0.01, rel_tol=1e-4)
+    policy = GaussianPolicy(GaussianPolicyConfig(obs_dim=8, action_dim=3, init="orthogonal"))
+    assert float(policy(torch.randn(32, 8)).abs().max()) < 0.2  # a 0.01-gain head: mean actions start near 0
+    with pytest.raises(ValueError, match="unknown init"):
+        mlp(8, [16], 3, init="xavier")
