@@ -192,8 +192,11 @@ def test_return_scale_by_hand():
     for r, end in ((2.0, False), (2.0, True), (4.0, False)):
         rs.update(torch.tensor([r]), torch.tensor([end]), torch.tensor([False]))
     gs = torch.tensor([2.0, 3.0, 4.0], dtype=torch.float64)
-    assert rs.scale() == pytest.approx(max(gs.std(unbiased=False).item(), 4.0 / 5.0))  # = 0.8
-    assert rs.abs_max == 4.0
+    assert float(rs.scale()) == pytest.approx(max(gs.std(unbiased=False).item(), 4.0 / 5.0))  # = 0.8
+    assert float(rs.abs_max) == 4.0
+    # a non-finite return is left out of the statistics and restarts that env's sum
+    rs.update(torch.tensor([float("nan")]), torch.tensor([False]), torch.tensor([False]))
+    assert float(rs.count) == 3 and float(rs.abs_max) == 4.0 and float(rs.g[0]) == 0.0
 
 
 # ------------------------------------------------------------------------------------------- replay buffer
@@ -368,3 +371,11 @@ def test_cli_trains_resumes_and_evaluates_flashsac_on_so101_reach(tmp_path):
     assert load_checkpoint(run).path.name == "iter_00000004"
     assert main(["eval", f"checkpoint={run}", "num_episodes=4", "num_envs=4", "video=false",
                  f"out_dir={tmp_path / 'eval'}"]) == 0
+
+
+def test_update_statistics_are_averaged_with_device_tensors_kept_until_logging():
+    from robot_rl.runners.off_policy import mean_stats
+
+    out = mean_stats({"lr": [1.0, 3.0], "loss": [torch.tensor(1.0), torch.tensor(2.0)], "q": [torch.tensor(-4.0)]})
+    assert out == {"lr": 2.0, "loss": 1.5, "q": -4.0}
+    assert all(isinstance(v, float) for v in out.values())

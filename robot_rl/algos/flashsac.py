@@ -100,13 +100,13 @@ class RepeatedNoise:
         return torch.multinomial(self.probs, n, replacement=True) + 1
 
     def __call__(self) -> torch.Tensor:
-        """ε [N, A] for this step (fresh where the previous one ran out)."""
+        """ε [N, A] for this step (fresh where the previous one ran out).
+
+        Candidates are drawn for every env and selected with ``where``: no host sync on a GPU (a data-dependent
+        ``if fresh.any()`` would stall the stream every env step)."""
         fresh = self.left <= 0
-        if bool(fresh.any()):
-            ids = fresh.nonzero().flatten()
-            self.noise[ids] = torch.randn(len(ids), self.noise.shape[1], device=self.noise.device)
-            self.left[ids] = self.sample_repeats(len(ids))
-        self.left -= 1
+        self.noise.copy_(torch.where(fresh[:, None], torch.randn_like(self.noise), self.noise))
+        self.left.copy_(torch.where(fresh, self.sample_repeats(self.left.shape[0]), self.left) - 1)
         return self.noise
 
     def reset(self, done: torch.Tensor) -> None:
@@ -122,37 +122,45 @@ class RepeatedNoise:
 
 class ReturnScale:
     """Running statistics of each env's discounted return G_t = γ·G_{t−1} + r_t (reset after an episode ends):
-    its variance σ_G² (Chan et al.'s parallel merge) and max |G|. ``scale`` = max(σ_G, max|G| / g_max, ε)."""
+    its variance σ_G² (Chan et al.'s parallel merge) and max |G|. ``scale`` = max(σ_G, max|G| / g_max, ε).
+
+    The statistics are float64 scalars on the learner's device, updated without host syncs."""
 
     def __init__(self, num_envs: int, gamma: float, g_max: float, device: torch.device) -> None:
         self.gamma, self.g_max = gamma, g_max
         self.g = torch.zeros(num_envs, dtype=torch.float64, device=device)
-        self.count, self.mean, self.m2, self.abs_max = 0.0, 0.0, 0.0, 0.0
+        zero = torch.zeros((), dtype=torch.float64, device=device)
+        self.count, self.mean, self.m2, self.abs_max = zero.clone(), zero.clone(), zero.clone(), zero.clone()
 
     def update(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> None:
         self.g = self.gamma * self.g + reward.double()
-        finite = self.g[torch.isfinite(self.g)]
-        if finite.numel():
-            n_b, mean_b = finite.numel(), float(finite.mean())
-            m2_b = float(((finite - mean_b) ** 2).sum())
-            total = self.count + n_b
-            delta = mean_b - self.mean
-            self.mean += delta * n_b / total
-            self.m2 += m2_b + delta**2 * self.count * n_b / total
-            self.count = total
-            self.abs_max = max(self.abs_max, float(finite.abs().max()))
-        self.g = torch.where(terminated | truncated | ~torch.isfinite(self.g), 0.0, self.g)
+        finite = torch.isfinite(self.g)
+        n_b = finite.sum().double()
+        g = torch.where(finite, self.g, 0.0)
+        mean_b = g.sum() / n_b.clamp_min(1.0)
+        m2_b = torch.where(finite, (g - mean_b) ** 2, 0.0).sum()
+        total = self.count + n_b
+        delta = mean_b - self.mean
+        any_b = n_b > 0  # a batch with no finite return leaves the statistics as they were
+        self.mean = torch.where(any_b, self.mean + delta * n_b / total.clamp_min(1.0), self.mean)
+        self.m2 = torch.where(any_b, self.m2 + m2_b + delta**2 * self.count * n_b / total.clamp_min(1.0), self.m2)
+        self.count = total
+        self.abs_max = torch.maximum(self.abs_max, g.abs().max())
+        self.g = torch.where(terminated | truncated | ~finite, 0.0, self.g)
 
-    def scale(self) -> float:
-        std = math.sqrt(self.m2 / self.count) if self.count > 0 else 0.0
-        return max(std, self.abs_max / self.g_max, 1e-8) if self.count > 0 else 1.0
+    def scale(self) -> torch.Tensor:
+        """float64 [] divisor of rewards (1 before any statistics)."""
+        std = torch.sqrt(self.m2 / self.count.clamp_min(1.0))
+        s = torch.maximum(torch.maximum(std, self.abs_max / self.g_max), torch.full_like(std, 1e-8))
+        return torch.where(self.count > 0, s, torch.ones_like(s))
 
     def state_dict(self) -> dict[str, Any]:
         return {"g": self.g, "count": self.count, "mean": self.mean, "m2": self.m2, "abs_max": self.abs_max}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.g.copy_(sd["g"])
-        self.count, self.mean, self.m2, self.abs_max = (float(sd[k]) for k in ("count", "mean", "m2", "abs_max"))
+        for k in ("count", "mean", "m2", "abs_max"):  # tensors, or Python floats in older checkpoints
+            setattr(self, k, torch.as_tensor(sd[k], dtype=torch.float64).to(self.g.device).clone())
 
 
 class FlashSAC:
@@ -240,26 +248,29 @@ class FlashSAC:
         self.noise.reset(terminated | truncated)
 
     # ----------------------------------------------------------------------------------------------- update
-    def update(self, replay: ReplayBuffer, demo: ReplayBuffer | None = None) -> dict[str, float]:
-        """One critic update (and, every ``actor_update_period``-th call, an actor and temperature update)."""
+    def update(self, replay: ReplayBuffer, demo: ReplayBuffer | None = None) -> dict[str, float | torch.Tensor]:
+        """One critic update (and, every ``actor_update_period``-th call, an actor and temperature update).
+
+        Returns statistics as floats or 0-dim device tensors (no ``.item()`` here: the runner converts them once
+        per iteration, so a GPU learner is not stalled by a host sync after every step)."""
         cfg = self.cfg
         batch = sample_mixed(replay, demo, cfg.batch_size, cfg.demo_fraction, cfg.n_step, cfg.gamma)
         obs, next_obs = batch[keys.OBS], batch[keys.NEXT_OBS]
         inputs = [*obs.values(), *next_obs.values(), batch[keys.ACTION], batch[keys.REWARD]]
         floats = [x for x in inputs if x.is_floating_point()]
-        if not all(bool(torch.isfinite(x).all()) for x in floats):
+        if not bool(torch.stack([torch.isfinite(x).all() for x in floats]).all()):  # one host sync
             self.guard.check(*floats)  # counts the skip (raises past the limit); a poisoned batch never reaches BN
             return {"nonfinite_skips": self.nonfinite_skips}
         scale = self.return_scale.scale() if cfg.normalize_reward else 1.0
         reward = batch[keys.REWARD] / scale
-        stats: dict[str, float] = {}
+        stats: dict[str, float | torch.Tensor] = {}  # 0-dim tensors stay on the device until the runner logs
         if self.num_updates % cfg.actor_update_period == 0:
             stats.update(self._update_actor(obs, next_obs))
         critic_stats = self._update_critic(obs, batch[keys.ACTION], reward, batch["discount"], next_obs)
         if critic_stats:  # a skipped critic step is no update: the schedule does not advance
             self.num_updates += 1
         stats.update(critic_stats)
-        stats.update(learning_rate=self.learning_rate, reward_scale=scale, alpha=float(self.alpha),
+        stats.update(learning_rate=self.learning_rate, reward_scale=scale, alpha=self.alpha.detach(),
                      nonfinite_skips=self.nonfinite_skips)
         return stats
 
@@ -278,7 +289,7 @@ class FlashSAC:
             group["lr"] = self.learning_rate
 
     def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor, module: nn.Module,
-              saved: list[tuple[torch.Tensor, torch.Tensor]], guard: NonFiniteGuard) -> float | None:
+              saved: list[tuple[torch.Tensor, torch.Tensor]], guard: NonFiniteGuard) -> torch.Tensor | None:
         """Backward, guard, step, project ``module`` back to unit norms. A non-finite loss or gradient skips the
         step: optimizer state untouched, BatchNorm statistics restored from ``saved``. Returns the gradient norm,
         or None when skipped."""
@@ -298,14 +309,15 @@ class FlashSAC:
         self._set_lr(opt)  # only now: a skipped step leaves every optimizer field (lr included) as it was
         opt.step()
         project_to_unit_norm(module)
-        return float(norm)
+        return norm.detach()
 
     @staticmethod
     def _save_buffers(*modules: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(buffer, copy) of the BatchNorm statistics a training-mode forward is about to change."""
         return [(b, b.clone()) for m in modules for b in m.buffers()]
 
-    def _update_actor(self, obs: dict[str, torch.Tensor], next_obs: dict[str, torch.Tensor]) -> dict[str, float]:
+    def _update_actor(self, obs: dict[str, torch.Tensor],
+                      next_obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         # L_π = E[α·log π(a|o) − min_i Q_i(o, a)], a ~ π(·|o); o and o' in one batch (shared BN statistics)
         b = next(iter(obs.values())).shape[0]
         key = self.actor.cfg.obs_key
@@ -331,11 +343,11 @@ class FlashSAC:
         if self.actor_guard.check(alpha_loss, self.log_alpha.grad):
             self._set_lr(self.alpha_opt)
             self.alpha_opt.step()
-        return {"loss/actor": loss.item(), "loss/temperature": alpha_loss.item(), "entropy": entropy.item(),
+        return {"loss/actor": loss.detach(), "loss/temperature": alpha_loss.detach(), "entropy": entropy,
                 "grad_norm/actor": norm}
 
     def _update_critic(self, obs: dict[str, torch.Tensor], action: torch.Tensor, reward: torch.Tensor,
-                       discount: torch.Tensor, next_obs: dict[str, torch.Tensor]) -> dict[str, float]:
+                       discount: torch.Tensor, next_obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         b = action.shape[0]
         both = {k: torch.cat([obs[k], next_obs[k]]) for k in obs}
         saved = self._save_buffers(self.critic, self.target)
@@ -363,7 +375,7 @@ class FlashSAC:
         with torch.no_grad():
             torch._foreach_lerp_(list(self.target.parameters()), list(self.critic.parameters()), self.cfg.tau)
             q = self.critic.expectation(logits.detach()).mean()
-        return {"loss/critic": loss.item(), "q_mean_scaled": float(q), "grad_norm/critic": norm}
+        return {"loss/critic": loss.detach(), "q_mean_scaled": q, "grad_norm/critic": norm}
 
     # -------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:

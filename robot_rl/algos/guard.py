@@ -29,7 +29,7 @@ class NonFiniteGuard:
 
     def check(self, *values: torch.Tensor) -> bool:
         """True if every value is finite; otherwise count a skip (and raise past the limit)."""
-        if all(bool(torch.isfinite(v).all()) for v in values):
+        if bool(torch.stack([torch.isfinite(v).all() for v in values]).all()):  # one host sync for all
             self.consecutive = 0
             return True
         self.skipped += 1

@@ -98,7 +98,7 @@ class OffPolicyRunner:
         start = time.perf_counter()
         env, algo, obs, utd = self.env, self.algo, self.obs, self.algo.cfg.updates_per_step
         log_sums: dict[str, float] = {}
-        losses: dict[str, list[float]] = {}
+        losses: dict[str, list[float | torch.Tensor]] = {}
         update_s = 0.0
         for _ in range(self.cfg.steps_per_iteration):
             warmup = self.replay.num_transitions < algo.cfg.learning_starts
@@ -129,7 +129,7 @@ class OffPolicyRunner:
         dt = time.perf_counter() - start
         self.elapsed_s += dt
         scalars = {k: (v / self.cfg.steps_per_iteration if k.startswith("reward/") else v) for k, v in log_sums.items()}
-        scalars.update({k: sum(v) / len(v) for k, v in losses.items()})
+        scalars.update(mean_stats(losses))
         summary = self.stats.summary()
         scalars.update(summary)
         scalars.update({"perf/fps": steps / dt, "perf/update_fraction": update_s / dt,
@@ -151,3 +151,14 @@ class OffPolicyRunner:
         self.checkpoints.save(self.iteration, run_state(self.algo, self.env, self.obs, runner),
                               {**self.meta, "env_steps": self.env_steps}, policy=self.algo.policy,
                               score=self.stats.summary().get("episode/return"))
+
+
+def mean_stats(stats: dict[str, list[float | torch.Tensor]]) -> dict[str, float]:
+    """Per-key means of update statistics; the device tensors among them cross to the host in one transfer."""
+    out = {k: sum(v) / len(v) for k, v in stats.items() if not any(isinstance(x, torch.Tensor) for x in v)}
+    keys_t = [k for k in stats if k not in out]
+    if keys_t:
+        means = torch.stack([torch.stack([torch.as_tensor(x).to(torch.float64) for x in stats[k]]).mean()
+                             for k in keys_t])
+        out.update(zip(keys_t, means.tolist(), strict=True))
+    return out
