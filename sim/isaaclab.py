@@ -18,7 +18,8 @@ Lab fills before its reset when ``cfg.compute_final_obs`` is set (``make_isaacla
 length and success are tracked here; Isaac Lab's ``extras["log"]`` (per-term episode sums, termination rates) is
 logged as ``isaaclab/<key>`` on steps where an episode ended, which is when Isaac Lab refills it.
 
-Nothing here imports isaaclab at module import; ``make_isaaclab_env`` does, when called.
+The CLI builds one from ``sim=isaaclab task=isaaclab task.id=<gymnasium id>`` (``IsaacLabTaskConfig`` below,
+``sim/registry.py``). Nothing here imports isaaclab at module import; ``make_isaaclab_env`` does, when called.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
@@ -38,6 +40,18 @@ log = logging.getLogger(__name__)
 
 SuccessFn = Callable[[Any], torch.Tensor]  # unwrapped Isaac Lab env, after step -> bool [N]
 LOG_PREFIX = "isaaclab/"
+
+
+@dataclass
+class IsaacLabTaskConfig:
+    """``task=isaaclab`` (configs/task/isaaclab.yaml): which Isaac Lab task and how the adapter reads it, i.e.
+    ``make_isaaclab_env``'s task arguments. The simulator side (N, device, seed) is ``sim=isaaclab``'s SimConfig."""
+
+    id: str  # a gymnasium id registered by isaaclab_tasks, e.g. "Isaac-Cartpole" (required)
+    action_scale: float = 1.0  # env action units per unit of our action, on unbounded action dimensions
+    success: str | None = None  # a termination term counted as success, e.g. "success"; None: never
+    overrides: list[str] = field(default_factory=list)  # env-config overrides, e.g. "physics=newton_mjwarp"
+    launcher_args: dict[str, Any] = field(default_factory=dict)  # launch_simulation's arguments; {}: headless
 
 
 class IsaacLabVecEnv(VecEnv):

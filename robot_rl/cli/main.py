@@ -1,6 +1,7 @@
 """``robot-rl``: the command line, the one place that wires simulators, policies and learners together.
 
     robot-rl train task=so101_reach algo=ppo sim=mujoco [key=value ...]
+    robot-rl train sim=isaaclab task=isaaclab task.id=Isaac-Cartpole algo=ppo device=cuda   (Isaac Lab installed)
     robot-rl train ... resume=runs/so101_reach_ppo_20250101_120000
     robot-rl eval checkpoint=runs/so101_reach_ppo_20250101_120000 [num_episodes=100]
 
@@ -24,6 +25,7 @@ USAGE = """usage: robot-rl <command> [key=value ...]
 
 commands:
   train   train a policy:   robot-rl train task=so101_reach algo=ppo|flashsac sim=mujoco [total_steps=...] [resume=PATH]
+                            robot-rl train sim=isaaclab task=isaaclab task.id=Isaac-Cartpole algo=ppo|flashsac
   eval    evaluate / film:  robot-rl eval checkpoint=PATH [num_episodes=100]
 
 Options are Hydra overrides of the YAML files in {config_dir}."""
@@ -78,14 +80,17 @@ ALGOS = {"ppo": _build_ppo, "flashsac": _build_flashsac}
 
 
 def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: Any, ev: Any, device: Any,
-            curve_dir: Path, extra: dict[str, Any]) -> dict[str, Any]:
-    """Seeded evaluation, an mp4 from a camera and the learning-curve PNG, all written into ``out_dir``."""
+            curve_dir: Path, extra: dict[str, Any], env: Any = None) -> dict[str, Any]:
+    """Seeded evaluation, an mp4 from a camera and the learning-curve PNG, all written into ``out_dir``.
+
+    ``env``: an open env to evaluate on (Isaac Lab: one simulation per process); None: one of ``ev.num_envs`` envs.
+    """
     import torch
 
     from robot_rl.evaluation import evaluate, record_video
     from robot_rl.logging import CURVE_PNG, plot_learning_curve, read_curve
     from robot_rl.runners.common import to_device
-    from sim.registry import make_env
+    from sim.registry import ISAACLAB, make_env
 
     out_dir.mkdir(parents=True, exist_ok=True)
     policy.eval()
@@ -94,11 +99,18 @@ def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: 
         return policy.act(to_device(obs, device), deterministic=True)
 
     result: dict[str, Any] = dict(extra)
-    with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=ev.num_envs), task_cfg) as env:
+    if env is not None:
         result["eval"] = evaluate(env, act, ev.num_episodes, ev.seed).to_json()
-    if ev.video:
-        with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=1, num_threads=1), task_cfg) as env:
-            result["video"] = str(record_video(env, act, out_dir / "policy.mp4", ev.seed, ev.video_episodes,
+    else:
+        with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=ev.num_envs), task_cfg) as eval_env:
+            result["eval"] = evaluate(eval_env, act, ev.num_episodes, ev.seed).to_json()
+    if ev.video and sim_cfg.backend == ISAACLAB:
+        result["video"] = None
+        print("eval: no video: the Isaac Lab adapter does not render (eval.video=false skips this message)",
+              file=sys.stderr)
+    elif ev.video:
+        with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=1, num_threads=1), task_cfg) as video_env:
+            result["video"] = str(record_video(video_env, act, out_dir / "policy.mp4", ev.seed, ev.video_episodes,
                                                ev.camera, ev.width, ev.height))
     points = read_curve(curve_dir)
     if points:
@@ -123,7 +135,7 @@ def train(cfg: Any) -> Path:
     from robot_rl.cli.config import CheckpointSettings, EvalSettings, TrainSettings, resolve_device, typed
     from robot_rl.logging import LoggerConfig, RunLogger
     from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
-    from sim.registry import config_from_dict, make_env, sim_config_from_dict
+    from sim.registry import ISAACLAB, config_from_dict, make_env, sim_config_from_dict
 
     full = OmegaConf.to_container(cfg, resolve=True)
     raw = json.loads(json.dumps(full))
@@ -141,6 +153,9 @@ def train(cfg: Any) -> Path:
     if s.deterministic:
         torch.use_deterministic_algorithms(True)
     task_cfg, sim_cfg = config_from_dict(task_name, task_raw), sim_config_from_dict(sim_raw)
+    if s.resume and sim_cfg.backend == ISAACLAB:  # IsaacLabVecEnv.load_state_dict refuses: no simulation state saved
+        raise ValueError("cannot resume a sim=isaaclab run: Isaac Lab's simulation state is not checkpointed, so it "
+                         "cannot continue exactly; start a new run (`robot-rl eval checkpoint=...` loads its policy)")
 
     ckpt = load_checkpoint(s.resume) if s.resume else None
     if ckpt is not None:
@@ -175,16 +190,18 @@ def train(cfg: Any) -> Path:
         logger.truncate_curve(runner.iteration)
         print(f"resumed from {ckpt.path} at iteration {runner.iteration} ({runner.env_steps} env steps)",
               file=sys.stderr)
-    try:
-        runner.learn()
-    finally:
-        logger.close()
-        env.close()
-    print(f"trained {runner.env_steps} env steps in {runner.elapsed_s:.1f} s; run folder {run_dir}", file=sys.stderr)
-    if eval_s.enabled:
-        extra = {"checkpoint": str(runner.checkpoints.latest()), "env_steps": runner.env_steps,
-                 "train_wall_s": runner.elapsed_s}
-        _report(run_dir, algo.policy, task_name, task_cfg, sim_cfg, eval_s, device, run_dir, extra)
+    with env:  # closed after the evaluation, which runs on it for Isaac Lab (one simulation per process)
+        try:
+            runner.learn()
+        finally:
+            logger.close()
+        print(f"trained {runner.env_steps} env steps in {runner.elapsed_s:.1f} s; run folder {run_dir}",
+              file=sys.stderr)
+        if eval_s.enabled:
+            extra = {"checkpoint": str(runner.checkpoints.latest()), "env_steps": runner.env_steps,
+                     "train_wall_s": runner.elapsed_s}
+            _report(run_dir, algo.policy, task_name, task_cfg, sim_cfg, eval_s, device, run_dir, extra,
+                    env if sim_cfg.backend == ISAACLAB else None)
     return run_dir
 
 

@@ -9,13 +9,17 @@ they are in Isaac Lab 3.0.0 (``isaaclab/envs/manager_based_rl_env.py``,
 
 from __future__ import annotations
 
+import contextlib
 import math
+import types
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
 import torch
+from gymnasium.envs.registration import EnvSpec
 
 
 @dataclass
@@ -26,6 +30,8 @@ class FakeEnvCfg:
     compute_final_obs: bool = True  # True: extras["final_obs"] holds the pre-reset observation on reset steps
     episode_length_s: float = 5.0  # s; max_episode_length = ceil(episode_length_s / step_dt) = 40
     seed: int | None = None
+    num_envs: int = 64  # N (Isaac Lab: scene.num_envs, set by parse_env_cfg)
+    device: str = "cpu"  # (Isaac Lab: sim.device, set by parse_env_cfg)
 
 
 class FakeTerminationManager:
@@ -129,3 +135,46 @@ class FakeIsaacLabEnv(gymnasium.Env):
 
     def close(self) -> None:
         self.closed = True
+
+
+STAND_IN_ID = "StandIn-IsaacLab-PointMass-v0"  # a gymnasium id that builds FakeIsaacLabEnv, not an Isaac Lab task
+
+
+def make_stand_in_isaaclab() -> tuple[dict[str, types.ModuleType], EnvSpec, dict[str, list]]:
+    """STAND-INS for what ``make_isaaclab_env`` imports from Isaac Lab (``isaaclab_tasks``,
+    ``isaaclab_tasks.utils.parse_env_cfg``, ``isaaclab.app.launch_simulation``, with their 3.0.0 signatures) and for
+    the gymnasium registration ``import isaaclab_tasks`` makes, under ``STAND_IN_ID``.
+
+    With the modules in ``sys.modules`` and the spec in ``gymnasium.registry`` (``monkeypatch.setitem``),
+    ``make_isaaclab_env(STAND_IN_ID, ...)`` runs its own code on a ``FakeIsaacLabEnv``. Returns the modules, the spec
+    and a record of the calls: ``"parse_env_cfg"`` (task id, device, N, overrides), ``"launch"`` (launcher args),
+    ``"shutdown"``, ``"make"`` (the env config of each env built).
+    """
+    calls: dict[str, list] = defaultdict(list)
+
+    def parse_env_cfg(task_name: str, device: str | None = None, num_envs: int | None = None,
+                      use_fabric: bool | None = None, overrides: Any = ()) -> FakeEnvCfg:
+        if isinstance(overrides, str):
+            raise TypeError("overrides must be a list or tuple of strings")  # as Isaac Lab's
+        calls["parse_env_cfg"].append((task_name, device, num_envs, list(overrides)))
+        return FakeEnvCfg(compute_final_obs=False, num_envs=num_envs or 64, device=device or "cpu")
+
+    @contextlib.contextmanager
+    def launch_simulation(cfg: Any, launcher_args: dict[str, Any] | None = None):
+        calls["launch"].append(launcher_args)
+        try:
+            yield None
+        finally:
+            calls["shutdown"].append(True)
+
+    def entry_point(cfg: FakeEnvCfg, **_: Any) -> FakeIsaacLabEnv:
+        calls["make"].append(cfg)
+        return FakeIsaacLabEnv(cfg.num_envs, cfg.device, cfg)
+
+    spec = EnvSpec(STAND_IN_ID, entry_point=entry_point, disable_env_checker=True)  # as Isaac Lab registers its ids
+    modules = {name: types.ModuleType(name) for name in ("isaaclab", "isaaclab.app", "isaaclab_tasks",
+                                                         "isaaclab_tasks.utils")}
+    modules["isaaclab.app"].launch_simulation = launch_simulation
+    modules["isaaclab_tasks.utils"].parse_env_cfg = parse_env_cfg
+    modules["isaaclab"].app, modules["isaaclab_tasks"].utils = modules["isaaclab.app"], modules["isaaclab_tasks.utils"]
+    return modules, spec, calls

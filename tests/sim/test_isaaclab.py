@@ -4,17 +4,26 @@ The fast tests drive ``FakeIsaacLabEnv`` (tests/sim/_fake_isaaclab.py), a stand-
 step/reset signatures and same-step auto-reset, so they run where Isaac Lab is not installed (it needs Python 3.12
 and its own environment; this project's venv does not carry it).
 
-``test_real_isaaclab_cartpole_trains_through_the_adapter`` (slow, skipped without isaaclab) runs Isaac Lab's own
-``Isaac-Cartpole`` with Newton / MuJoCo-Warp physics and no Isaac Sim, on the CPU when there is no GPU. Its robot
-and ground USD files normally come from NVIDIA's asset server; where that is unreachable (as here) the test writes
-stand-ins (tests/sim/_isaaclab_assets.py) and points ``ISAACSIM_ASSET_ROOT`` at them.
+The CLI tests (``robot-rl train sim=isaaclab task=isaaclab ...``) run ``make_isaaclab_env``'s own code with
+STAND-INS for its three Isaac Lab imports (``make_stand_in_isaaclab``), so ``gymnasium.make`` builds a
+``FakeIsaacLabEnv``.
+
+``test_real_isaaclab_cartpole_*`` (slow, skipped without isaaclab) run Isaac Lab's own ``Isaac-Cartpole`` with
+Newton / MuJoCo-Warp physics and no Isaac Sim, on the CPU when there is no GPU: through the adapter, and through
+the CLI in a subprocess (one Isaac Lab simulation per process). Its robot and ground USD files normally come from
+NVIDIA's asset server; where that is unreachable (as here) the tests write stand-ins
+(tests/sim/_isaaclab_assets.py) and point ``ISAACSIM_ASSET_ROOT`` at them.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -23,7 +32,9 @@ import torch
 
 from robot_rl import keys
 from sim.isaaclab import IsaacLabVecEnv, make_isaaclab_env
-from tests.sim._fake_isaaclab import FakeEnvCfg, FakeIsaacLabEnv
+from tests.sim._fake_isaaclab import STAND_IN_ID, FakeEnvCfg, FakeIsaacLabEnv, make_stand_in_isaaclab
+
+NO_ISAACLAB = "isaaclab is not installed (Python 3.12, its own environment: pip install isaaclab==3.0.0)"
 
 
 def _adapter(num_envs: int = 4, **kwargs) -> tuple[IsaacLabVecEnv, FakeIsaacLabEnv]:
@@ -200,10 +211,102 @@ def test_factory_without_isaaclab_is_a_clear_error():
         make_isaaclab_env("Isaac-Cartpole", num_envs=2, device="cpu")
 
 
+# ------------------------------------------------------------------------------ the CLI, on the stand-in
+@pytest.fixture
+def stand_in_isaaclab(monkeypatch) -> dict[str, list]:
+    """``make_isaaclab_env``'s Isaac Lab imports replaced by STAND-INS building ``FakeIsaacLabEnv``; their calls."""
+    modules, spec, calls = make_stand_in_isaaclab()
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setitem(gymnasium.registry, spec.id, spec)
+    return calls
+
+
+STAND_IN_CLI = ["sim=isaaclab", "task=isaaclab", f"task.id={STAND_IN_ID}", "task.success=success",
+                "task.overrides=['episode_length_s=5']", "sim.device=cpu", "logger.progress=false"]
+
+
+def _tb_tags(run_dir: Path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    return set(EventAccumulator(str(run_dir / "tb")).Reload().Tags()["scalars"])
+
+
+def test_cli_trains_ppo_on_the_stand_in_then_evaluates_and_refuses_resume(stand_in_isaaclab, tmp_path, capsys):
+    from robot_rl.checkpoint import LATEST, load_checkpoint
+    from robot_rl.cli.main import main
+
+    calls, run = stand_in_isaaclab, tmp_path / "run"
+    assert main(["train", *STAND_IN_CLI, "algo=ppo", "sim.num_envs=16", "algo.num_steps=8", "total_steps=512",
+                 "algo.policy.hidden_dims=[32,32]", "algo.critic.hidden_dims=[32,32]", "checkpoint.every=2",
+                 f"run_dir={run}", "eval.num_episodes=8"]) == 0
+    err = capsys.readouterr().err
+    # One simulation, built as Isaac Lab's scripts build it, trained on, evaluated on, then shut down once.
+    assert calls["parse_env_cfg"] == [(STAND_IN_ID, "cpu", 16, ["episode_length_s=5"])]
+    assert calls["launch"] == [{"headless": True}] and calls["shutdown"] == [True]
+    assert len(calls["make"]) == 1 and calls["make"][0].compute_final_obs and calls["make"][0].seed == 0
+    assert (run / "checkpoints" / LATEST).read_text() == "iter_00000004"  # 512 / (16 envs * 8 steps)
+    meta = load_checkpoint(run).meta
+    assert meta["task"] == "isaaclab" and meta["task_config"]["id"] == STAND_IN_ID and meta["env_steps"] == 512
+    result = json.loads((run / "eval.json").read_text())
+    assert result["eval"]["num_episodes"] == 8 and result["video"] is None and "no video" in err
+    assert (run / "learning_curve.png").is_file()
+    assert {"isaaclab/Episode_Reward/distance", "reward/total", "loss/value"} <= _tb_tags(run)
+
+    # robot-rl eval: a fresh env of num_envs in this (one-simulation) process, through the same adapter.
+    assert main(["eval", f"checkpoint={run}", "num_envs=4", "num_episodes=4", f"out_dir={tmp_path / 'eval'}"]) == 0
+    assert json.loads((tmp_path / "eval" / "eval.json").read_text())["eval"]["num_episodes"] == 4
+    assert calls["make"][-1].num_envs == 4 and len(calls["shutdown"]) == 2
+
+    assert main(["train", *STAND_IN_CLI, f"resume={run}"]) == 2
+    err = capsys.readouterr().err
+    assert "robot-rl train: error: cannot resume a sim=isaaclab run" in err, err
+    assert len(calls["make"]) == 2  # refused before any simulation was built
+
+
+def test_cli_trains_flashsac_on_the_stand_in(stand_in_isaaclab, tmp_path):
+    from robot_rl.checkpoint import LATEST
+    from robot_rl.cli.main import main
+
+    run = tmp_path / "run"
+    assert main(["train", *STAND_IN_CLI, "algo=flashsac", "sim.num_envs=8", "algo.steps_per_iteration=8",
+                 "algo.learning_starts=64", "algo.batch_size=32", "algo.buffer_size=1024", "algo.actor.hidden_dim=16",
+                 "algo.critic.hidden_dim=16", "total_steps=256", "checkpoint.every=2", f"run_dir={run}",
+                 "eval.num_episodes=4", "eval.video=false", "logger.tensorboard=false"]) == 0
+    assert (run / "checkpoints" / LATEST).read_text() == "iter_00000004"  # 256 / (8 envs * 8 steps)
+    assert json.loads((run / "eval.json").read_text())["eval"]["num_episodes"] == 4
+    assert len(stand_in_isaaclab["make"]) == 1 and stand_in_isaaclab["shutdown"] == [True]
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["sim=isaaclab"], "task=so101_reach with sim=isaaclab: Isaac Lab tasks need sim=isaaclab"),
+    (["task=isaaclab", f"task.id={STAND_IN_ID}"], "task=isaaclab with sim=mujoco"),
+    (["sim=isaaclab", "task=isaaclab"], "task=isaaclab needs task.id="),
+    (["sim=isaaclab", "task=isaaclab", "task.id=X", "+task.bogus=1"], "bogus"),
+    (["sim=isaaclab", "task=isaaclab", "task.id=X", "sim.on_nonfinite_action=reset"], "must be 'raise'"),
+])
+def test_cli_isaaclab_config_errors(overrides, expected, stand_in_isaaclab, tmp_path, capsys):
+    from robot_rl.cli.main import main
+
+    assert main(["train", *overrides, f"run_dir={tmp_path}", "logger.progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert "robot-rl train: error:" in err and expected in err, err
+    assert not stand_in_isaaclab["make"]
+
+
+# ------------------------------------------------------------------------------ the real Isaac Lab (slow)
+@pytest.fixture
+def cartpole_assets(tmp_path, monkeypatch) -> None:
+    """``ISAACSIM_ASSET_ROOT``: NVIDIA's asset server is unreachable here, so local stand-ins unless it is set."""
+    if "ISAACSIM_ASSET_ROOT" not in os.environ:
+        from tests.sim._isaaclab_assets import write_cartpole_assets
+
+        monkeypatch.setenv("ISAACSIM_ASSET_ROOT", str(write_cartpole_assets(tmp_path / "assets")))
+
+
 @pytest.mark.slow  # minutes on a CPU: Warp compiles Newton's kernels on first use
-@pytest.mark.skipif(importlib.util.find_spec("isaaclab") is None,
-                    reason="isaaclab is not installed (Python 3.12, its own environment: pip install isaaclab==3.0.0)")
-def test_real_isaaclab_cartpole_trains_through_the_adapter(tmp_path, monkeypatch):
+@pytest.mark.skipif(importlib.util.find_spec("isaaclab") is None, reason=NO_ISAACLAB)
+def test_real_isaaclab_cartpole_trains_through_the_adapter(tmp_path, cartpole_assets):
     """Isaac Lab's own ``Isaac-Cartpole`` (ManagerBasedRLEnv, Newton / MuJoCo-Warp physics, no Isaac Sim)."""
     from policies import GaussianPolicy, GaussianPolicyConfig
     from robot_rl.algos.ppo import PPO, PPOConfig
@@ -212,10 +315,6 @@ def test_real_isaaclab_cartpole_trains_through_the_adapter(tmp_path, monkeypatch
     from robot_rl.logging import LoggerConfig, RunLogger
     from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
 
-    if "ISAACSIM_ASSET_ROOT" not in os.environ:  # NVIDIA's asset server: unreachable here, so local stand-ins
-        from tests.sim._isaaclab_assets import write_cartpole_assets
-
-        monkeypatch.setenv("ISAACSIM_ASSET_ROOT", str(write_cartpole_assets(tmp_path / "assets")))
     device = "cuda:0" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     with make_isaaclab_env("Isaac-Cartpole", num_envs=4, device=device, seed=0) as env:
@@ -233,3 +332,32 @@ def test_real_isaaclab_cartpole_trains_through_the_adapter(tmp_path, monkeypatch
         action[3] = float("inf")
         with pytest.raises(ValueError, match=r"envs \[3\]; nothing was sent to Isaac Lab"):
             env.step(action)
+
+
+@pytest.mark.slow  # minutes on a CPU, twice: training and `robot-rl eval` each build the task in a new process
+@pytest.mark.skipif(importlib.util.find_spec("isaaclab") is None, reason=NO_ISAACLAB)
+def test_real_isaaclab_cartpole_trains_through_the_cli(tmp_path, cartpole_assets):
+    """``robot-rl train sim=isaaclab task=isaaclab task.id=Isaac-Cartpole algo=ppo``, then ``robot-rl eval``."""
+    from robot_rl.checkpoint import LATEST, load_checkpoint
+
+    def cli(*args: str) -> subprocess.CompletedProcess:  # a process each: Isaac Lab runs one simulation per process
+        out = subprocess.run([sys.executable, "-m", "robot_rl.cli.main", *args], capture_output=True, text=True,
+                             timeout=1800, check=False)
+        assert out.returncode == 0, out.stderr[-4000:]
+        return out
+
+    run, device = tmp_path / "run", "cuda:0" if torch.cuda.is_available() else "cpu"
+    out = cli("train", "sim=isaaclab", "task=isaaclab", "task.id=Isaac-Cartpole", "algo=ppo", f"sim.device={device}",
+              "sim.num_envs=4", "algo.num_steps=16", "algo.policy.hidden_dims=[16]", "algo.critic.hidden_dims=[16]",
+              "total_steps=1280", "checkpoint.every=10", f"run_dir={run}", "eval.num_episodes=4",
+              "logger.progress=false")  # 320 steps per env: every env ends an episode (time-out at 300)
+    assert "no video" in out.stderr
+    assert (run / "checkpoints" / LATEST).read_text() == "iter_00000020"
+    meta = load_checkpoint(run).meta
+    assert meta["obs_spec"] == {g: {"shape": [4], "dtype": "torch.float32"} for g in (keys.POLICY, keys.CRITIC)}
+    assert meta["action_dim"] == 1 and meta["task_config"]["id"] == "Isaac-Cartpole"
+    result = json.loads((run / "eval.json").read_text())["eval"]
+    assert result["num_episodes"] == 4 and 0 < result["mean_length"] <= 300 and np.isfinite(result["mean_return"])
+    assert "isaaclab/Episode_Reward/alive" in _tb_tags(run)
+    cli("eval", f"checkpoint={run}", "num_envs=2", "num_episodes=2", f"out_dir={tmp_path / 'eval'}")
+    assert json.loads((tmp_path / "eval" / "eval.json").read_text())["eval"]["num_episodes"] == 2
