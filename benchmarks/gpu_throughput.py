@@ -1,6 +1,8 @@
-"""MJX throughput on a GPU: env-steps/s of our tasks at thousands of envs, compile time apart, and end to end.
+"""MJX and MuJoCo Warp throughput on a GPU: env-steps/s of our tasks at thousands of envs, compile time apart, and
+end to end.
 
-For each task (humanoid_walk, then so101_lift) and N in 1024, 4096, 8192, on the ``mjx`` backend:
+For each backend (``mjx``, then ``warp`` when mujoco_warp is installed), each task (humanoid_walk, then so101_lift)
+and N in 1024, 4096, 8192:
 
 * compile   - seconds to jit the physics step and the reset forward (all sizes of a task compiled concurrently);
 * physics   - ``MjxPhysics.step`` alone, controls held: env-steps/s (each = ``decimation`` physics steps);
@@ -73,14 +75,14 @@ class Bench:
         return self.elapsed() + reserve > (limit or self.args.budget_s)
 
     # ------------------------------------------------------------------------------------------ measures
-    def build_envs(self, task: str, sizes: list[int]) -> dict[int, object]:
+    def build_envs(self, task: str, sizes: list[int], backend: str = "mjx") -> dict[int, object]:
         from sim.core import SimConfig
         from sim.registry import make_env
 
         envs, compile_s = {}, {}
         for n in sizes:
             t = time.perf_counter()
-            envs[n] = make_env(task, SimConfig(backend="mjx", num_envs=n, device=self.device, seed=0))
+            envs[n] = make_env(task, SimConfig(backend=backend, num_envs=n, device=self.device, seed=0))
             say(f"{task} N={n}: model on device in {time.perf_counter() - t:.1f} s")
 
         def compile_one(n: int) -> float:
@@ -90,7 +92,7 @@ class Bench:
 
         say(f"{task}: compiling step + reset forward for N={sizes} ({len(sizes)} at once) ...")
         t = time.perf_counter()
-        with ThreadPoolExecutor(len(sizes)) as pool:
+        with ThreadPoolExecutor(len(sizes) if backend == "mjx" else 1) as pool:  # Warp loads kernels once
             for n, s in zip(sizes, pool.map(compile_one, sizes)):
                 compile_s[n] = s
         wall = time.perf_counter() - t
@@ -113,7 +115,8 @@ class Bench:
         from robot_rl import keys
 
         dec = env.task.decimation
-        row = {"task": task, "num_envs": n, "decimation": dec, "compile_s": self.compile["per_size_s"][n],
+        row = {"task": task, "backend": env.cfg.backend, "num_envs": n, "decimation": dec,
+               "compile_s": self.compile["per_size_s"][n],
                "compile_wall_s_all_sizes": self.compile["wall_s"], "model": env.physics.describe()}
         t = time.perf_counter()
         env.reset(seed=0)
@@ -199,7 +202,8 @@ class Bench:
         goals = []
         for r in rows:
             if r["task"] == "humanoid_walk" and r["num_envs"] == 4096:
-                goals.append(goal("humanoid_walk_mjx_env_steps_per_s_4096", r["env_steps_per_s"], 100_000, ">="))
+                goals.append(goal(f"humanoid_walk_{r['backend']}_env_steps_per_s_4096", r["env_steps_per_s"],
+                                  100_000, ">="))
         if self.ppo.get("steps_per_s") is not None:
             goals.append(goal(f"ppo_end_to_end_steps_per_s_humanoid_walk_{self.ppo['num_envs']}",
                               self.ppo["steps_per_s"], 47_000, ">="))
@@ -237,18 +241,20 @@ class Bench:
             return
         fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
         for ax, task in zip(axes[0], tasks):
-            rs = [r for r in self.rows if r["task"] == task]
-            ns = [r["num_envs"] for r in rs]
-            for key, label in (("physics_env_steps_per_s", "physics only"), ("env_steps_per_s", "env.step"),
-                               ("mlp_loop_steps_per_s", "env.step + MLPs")):
-                ax.plot(ns, [r[key] for r in rs], "o-", label=label)
+            for backend, style in (("mjx", "o-"), ("warp", "s--")):
+                rs = [r for r in self.rows if r["task"] == task and r["backend"] == backend]
+                ns = [r["num_envs"] for r in rs]
+                for key, label in (("physics_env_steps_per_s", "physics only"), ("env_steps_per_s", "env.step"),
+                                   ("mlp_loop_steps_per_s", "env.step + MLPs")):
+                    if rs:
+                        ax.plot(ns, [r[key] for r in rs], style, label=f"{backend}: {label}")
             if task == "humanoid_walk" and self.ppo.get("steps_per_s"):
                 ax.plot([self.ppo["num_envs"]], [self.ppo["steps_per_s"]], "k*", ms=12, label="PPO end to end")
                 ax.axhline(100_000, color="gray", ls="--", lw=1, label="goal 100 k")
             ax.set_xscale("log", base=2)
             ax.set_xlabel("num_envs")
             ax.set_ylabel("env-steps/s")
-            ax.set_title(f"{task} on mjx ({self.device})")
+            ax.set_title(f"{task} ({self.device})")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         fig.tight_layout()
@@ -269,6 +275,7 @@ def main() -> None:
     p.add_argument("--out", default=str(RESULTS), help="folder for the JSON and PNG")
     p.add_argument("--quick", action="store_true", help="tiny sizes and few steps (a CPU check that all runs)")
     p.add_argument("--tasks", default="humanoid_walk,so101_lift")
+    p.add_argument("--backends", default="mjx,warp", help="warp is skipped (with a note) without mujoco_warp")
     p.add_argument("--sizes", default=None, help="comma-separated N (default 1024,4096,8192; quick: 2,4)")
     p.add_argument("--steps", type=int, default=None, help="most timed control steps per measurement")
     p.add_argument("--max-s", type=float, default=None, help="most seconds per measurement (at least 3 steps)")
@@ -300,21 +307,32 @@ def main() -> None:
     say(f"jax {jax.__version__} on {jax.devices()}; torch {torch.__version__}; device {a.device}; sizes {a.sizes}")
     ppo_n = a.sizes[len(a.sizes) // 2] if a.quick else 4096
     bench.write()  # a record exists even if the first compile never ends
-    for task in a.tasks.split(","):
+    backends = a.backends.split(",")
+    if "warp" in backends:
+        try:
+            import mujoco_warp  # noqa: F401 - the optional warp extra
+            import warp as wp
+
+            wp.config.log_level = wp.LOG_WARNING  # one "Module ... load" line per kernel module otherwise
+        except ImportError as e:
+            backends.remove("warp")
+            bench.notes.append(f"warp: skipped, mujoco_warp not importable ({e}); pip install -e '.[warp]'")
+            say(bench.notes[-1])
+    for backend, task in itertools.product(backends, a.tasks.split(",")):
         if bench.over_budget(reserve=60.0):
-            bench.notes.append(f"{task}: skipped, time budget ({a.budget_s:.0f} s) nearly spent")
+            bench.notes.append(f"{backend} {task}: skipped, time budget ({a.budget_s:.0f} s) nearly spent")
             say(bench.notes[-1])
             continue
         try:
-            envs = bench.build_envs(task, a.sizes)
+            envs = bench.build_envs(task, a.sizes, backend)
             for n in a.sizes:
                 if bench.over_budget(reserve=30.0, limit=a.hard_s):
-                    bench.notes.append(f"{task} N={n}: skipped, time budget spent")
+                    bench.notes.append(f"{backend} {task} N={n}: skipped, time budget spent")
                     say(bench.notes[-1])
                     continue
                 bench.rows.append(bench.measure(task, n, envs[n]))
                 bench.write()
-            if task == "humanoid_walk" and ppo_n in envs and not bench.over_budget(reserve=60.0):
+            if backend == "mjx" and task == "humanoid_walk" and ppo_n in envs and not bench.over_budget(reserve=60.0):
                 say(f"PPO runner on {task} N={ppo_n} ...")
                 try:
                     bench.ppo = {"task": task, **bench.ppo_run(envs[ppo_n], iterations=2 if a.quick else 4,
@@ -327,7 +345,7 @@ def main() -> None:
                 env.close()
             del envs
         except Exception as e:  # noqa: BLE001 - reported in the JSON; the other task still runs
-            bench.notes.append(f"{task}: failed: {type(e).__name__}: {e}")
+            bench.notes.append(f"{backend} {task}: failed: {type(e).__name__}: {e}")
             traceback.print_exc()
         bench.write()
     path = bench.write()

@@ -16,15 +16,19 @@ State hand-over, zero-copy both ways through DLPack:
 
 Conventions kept equal to ``sim/mujoco_cpu.py``: ``sensordata`` is computed inside the last substep (before its
 integration), the solver's warm start is zeroed at every control step (an env's result depends only on its own
-state and controls), and a diverged env shows up as non-finite state (MJX never auto-resets).
+state and controls), and a diverged env shows up as non-finite state (MJX never auto-resets). Where MJX's physics
+differs from MuJoCo's it is fixed here (``physics_step``: clamped actuators in implicitfast) or adapted in the
+model (``sim.mjx_compat.make_mjx_compatible``), so one model behaves the same on both backends
+(tests/sim/test_mjx.py).
+
+Domain randomization: the randomized fields (``sim.randomization.BatchedModelParams``, torch tensors [N, ...]) are
+DLPack views inside the ``mjx.Model``, and every vmap maps them with ``in_axes=0`` while the rest of the model is
+shared (``in_axes=None``): MuJoCo Playground's way of batching a model, with our own sampler and seeding.
 
 Precision: float32 unless ``jax_enable_x64`` is on (then float64, like native MuJoCo).
 """
 
 from __future__ import annotations
-
-import logging
-import os
 
 import jax
 import jax.numpy as jnp
@@ -32,10 +36,12 @@ import mujoco
 import numpy as np
 import torch
 from mujoco import mjx
+from mujoco.mjx._src import forward as _mjx_forward  # implicit(): MJX's implicitfast integrator (mujoco-mjx 3.17)
 
 from sim.core import Physics, SimState
-
-log = logging.getLogger(__name__)
+from sim.host_render import HostRenderer
+from sim.mjx_compat import make_mjx_compatible
+from sim.randomization import BatchedModelParams, RandomizationConfig
 
 _VIEWED = ("qpos", "qvel", "ctrl", "mocap_pos", "mocap_quat", "sensordata")
 
@@ -56,91 +62,49 @@ def jax_device(device: str | torch.device) -> jax.Device:
     raise ValueError(f"the mjx backend runs on 'cpu' or 'cuda:k' devices, got {device}")
 
 
-def make_mjx_compatible(model: mujoco.MjModel) -> list[str]:
-    """Adapt ``model`` in place to what MJX's JAX implementation supports; returns what was changed.
+def physics_step(m: mjx.Model, d: mjx.Data) -> mjx.Data:
+    """One env's ``mjx.step``, with MuJoCo's rule for implicitfast kept: a force-clamped actuator adds no velocity
+    derivative (``mjd_actuator_vel``: ``if force <= range[0] || force >= range[1]: continue``).
 
-    * Solver: MJX has no PGS; PGS becomes Newton (few iterations for small nv, what MJX recommends on GPUs).
-    * Collision pairs without an MJX collision function (cylinder-box, as of mujoco-mjx 3.17): the cylinder
-      collides as the box that bounds it (same pose, half-sizes r, r, h). Same for both backends when the caller
-      also hands this model to ``mujoco`` (the agreement tests do).
-    * Frictionless contacts (condim 1) under elliptic cones, which MJX does not implement: condim 3 (the pair's
-      own friction then applies).
-    * Contact sensors MJX cannot compute (site, body or subtree matching, net-force reduction): a clear error
-      naming the sensor; geom-geom contact sensors are supported.
+    mujoco-mjx 3.17's JAX ``implicit`` always adds kv; for a saturated servo (the SO-101's, most of the time) that
+    over-damps the joint, and MJX and MuJoCo then part by ~1e-2 rad within one control step. Here the forward pass
+    is MJX's own, and the integrator is MJX's ``implicit`` on a model whose kv (biasprm[2]) and gain velocity term
+    (gainprm[2]) are zeroed for this env's clamped actuators.
     """
-    from mujoco.mjx._src import collision_driver  # the pair list MJX itself will check in put_model
-
-    changes = []
-    if model.opt.solver == mujoco.mjtSolver.mjSOL_PGS:
-        model.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
-        changes.append("solver PGS -> Newton")
-    cyl = int(mujoco.mjtGeom.mjGEOM_CYLINDER)
-    to_box = set()
-    for g1, g2, _ in collision_driver.geom_pairs(model):
-        t1, t2 = model.geom_type[[g1, g2]]
-        if not collision_driver.has_collision_fn(t1, t2):
-            cyls = [g for g, t in ((g1, t1), (g2, t2)) if t == cyl]
-            if not cyls:
-                raise NotImplementedError(
-                    f"MJX has no collision function for geoms {_geom_label(model, g1)} ({mujoco.mjtGeom(t1).name}) "
-                    f"and {_geom_label(model, g2)} ({mujoco.mjtGeom(t2).name}); change one of their types or "
-                    "exclude the pair (contype/conaffinity)")
-            to_box.update(cyls)
-    for g in sorted(to_box):
-        r, h = model.geom_size[g, :2]
-        model.geom_type[g] = mujoco.mjtGeom.mjGEOM_BOX
-        model.geom_size[g] = (r, r, h)
-        model.geom_rbound[g] = float(np.sqrt(2 * r * r + h * h))
-        model.geom_aabb[g] = (0.0, 0.0, 0.0, r, r, h)
-        changes.append(f"collision cylinder {_geom_label(model, g)} -> its bounding box")
-    if model.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC:
-        for p in range(model.npair):
-            if model.pair_dim[p] == 1:
-                model.pair_dim[p] = 3
-                changes.append(f"contact pair {_geom_label(model, model.pair_geom1[p])}-"
-                               f"{_geom_label(model, model.pair_geom2[p])}: condim 1 -> 3 (elliptic cones)")
-        for g in range(model.ngeom):
-            if model.geom_condim[g] == 1 and (model.geom_contype[g] or model.geom_conaffinity[g]):
-                model.geom_condim[g] = 3
-                changes.append(f"geom {_geom_label(model, g)}: condim 1 -> 3 (elliptic cones)")
-    for i in range(model.nsensor):
-        if model.sensor_type[i] != mujoco.mjtSensor.mjSENS_CONTACT:
-            continue
-        kinds = {int(model.sensor_objtype[i]), int(model.sensor_reftype[i])}
-        bad = {int(mujoco.mjtObj.mjOBJ_SITE), int(mujoco.mjtObj.mjOBJ_BODY), int(mujoco.mjtObj.mjOBJ_XBODY)} & kinds
-        if bad or model.sensor_intprm[i, 1] == 3:
-            raise NotImplementedError(
-                f"contact sensor {model.sensor(i).name!r} uses site/body/subtree matching or net-force reduction, "
-                "which MJX cannot compute; match geoms against geoms instead")
-    for c in changes:
-        log.warning("mjx: %s", c)
-    if model.opt.ls_iterations > 10 or model.opt.iterations > 20:
-        # Under vmap MJX's line search runs all ls_iterations every solver iteration (a scan of conds turned into
-        # selects), and float32 rarely meets MuJoCo's default tolerance: the cost is ~iterations x ls_iterations.
-        log.warning("mjx: solver iterations=%d ls_iterations=%d make every MJX step expensive; MJX models usually "
-                    "set <option iterations=\"4-10\" ls_iterations=\"4-10\">", model.opt.iterations,
-                    model.opt.ls_iterations)
-    return changes
+    if int(m.opt.integrator) != int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST) or not np.any(m.actuator_forcelimited):
+        return mjx.step(m, d)
+    d = mjx.forward(m, d)
+    lo, hi = m.actuator_forcerange[:, 0], m.actuator_forcerange[:, 1]
+    f = d.actuator_force
+    keep = jnp.where(jnp.asarray(m.actuator_forcelimited) & ((f <= lo) | (f >= hi)), 0.0, 1.0)
+    m = m.replace(actuator_biasprm=m.actuator_biasprm.at[:, 2].multiply(keep),
+                  actuator_gainprm=m.actuator_gainprm.at[:, 2].multiply(keep))
+    return _mjx_forward.implicit(m, d)
 
 
-def _geom_label(model: mujoco.MjModel, g: int) -> str:
-    name = model.geom(g).name
-    return repr(name) if name else f"#{g} of body {model.body(model.geom_bodyid[g]).name!r}"
+def _model_axes(mx: mjx.Model, batched: tuple[str, ...]) -> mjx.Model | None:
+    """vmap ``in_axes`` of a model whose fields ``batched`` hold one row per env: 0 on those, None elsewhere."""
+    if not batched:
+        return None
+    return jax.tree.map(lambda _: None, mx).replace(**dict.fromkeys(batched, 0))
 
 
-def _substeps(mx: mjx.Model, data: mjx.Data, nsubsteps: int) -> tuple[mjx.Data, jax.Array]:
-    """[N]-batched ``data`` advanced ``nsubsteps`` physics steps with ctrl/mocap held; and bool [N] diverged."""
+def _substeps(mx: mjx.Model, data: mjx.Data, nsubsteps: int, batched: tuple[str, ...]) -> tuple[mjx.Data, jax.Array]:
+    """[N]-batched ``data`` advanced ``nsubsteps`` physics steps with ctrl/mocap held; and bool [N] diverged.
+
+    ``batched``: the model fields with a leading env axis (randomized per env); the others are shared.
+    """
     data = data.replace(qacc_warmstart=jnp.zeros_like(data.qacc_warmstart))
-    batched_step = jax.vmap(mjx.step, in_axes=(None, 0))
+    batched_step = jax.vmap(physics_step, in_axes=(_model_axes(mx, batched), 0))
     data, _ = jax.lax.scan(lambda d, _: (batched_step(mx, d), None), data, None, length=nsubsteps)
     finite = jnp.isfinite(data.qpos).all(-1) & jnp.isfinite(data.qvel).all(-1)
     return data, ~finite
 
 
-def _masked_forward(mx: mjx.Model, data: mjx.Data, mask: jax.Array) -> mjx.Data:
+def _masked_forward(mx: mjx.Model, data: mjx.Data, mask: jax.Array, batched: tuple[str, ...]) -> mjx.Data:
     """``mjx.forward`` on the envs where ``mask`` [N] is true; the others keep every field as it was."""
     data = data.replace(act=jnp.where(jnp.isfinite(data.act), data.act, 0.0))
-    new = jax.vmap(mjx.forward, in_axes=(None, 0))(mx, data)
+    new = jax.vmap(mjx.forward, in_axes=(_model_axes(mx, batched), 0))(mx, data)
 
     def pick(a: jax.Array, b: jax.Array) -> jax.Array:
         return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
@@ -149,8 +113,8 @@ def _masked_forward(mx: mjx.Model, data: mjx.Data, mask: jax.Array) -> mjx.Data:
 
 
 # Module-level, so that every MjxPhysics of the same model and N reuses one compiled executable.
-_STEP = jax.jit(_substeps, static_argnums=(2,))
-_FORWARD = jax.jit(_masked_forward)
+_STEP = jax.jit(_substeps, static_argnums=(2, 3))
+_FORWARD = jax.jit(_masked_forward, static_argnums=(3,))
 # One compiled broadcast of every field (eager per-field ops would compile ~100 tiny programs).
 _BATCH = jax.jit(lambda d, n: jax.tree.map(lambda x: jnp.repeat(x[None], n, axis=0), d), static_argnums=(1,))
 
@@ -158,19 +122,26 @@ _BATCH = jax.jit(lambda d, n: jax.tree.map(lambda x: jnp.repeat(x[None], n, axis
 class MjxPhysics(Physics):
     """Batched MJX (JAX) physics behind torch tensors."""
 
-    def __init__(self, model: mujoco.MjModel, num_envs: int, device: str | torch.device = "cpu") -> None:
+    def __init__(self, model: mujoco.MjModel, num_envs: int, device: str | torch.device = "cpu",
+                 randomization: RandomizationConfig | None = None) -> None:
         make_mjx_compatible(model)
         self.model, self.num_envs = model, num_envs
         self.jax_device = jax_device(device)
-        self.mx = mjx.put_model(model, device=self.jax_device, impl="jax")
+        self._mx_nominal = self.mx = mjx.put_model(model, device=self.jax_device, impl="jax")
+        self._params: BatchedModelParams | None = None
+        self._batched: tuple[str, ...] = ()
+        if randomization is not None and randomization.physics_enabled:
+            dtype = _TORCH_DTYPE[str(self.mx.body_mass.dtype)]
+            self._params = BatchedModelParams(model, randomization, num_envs, _torch_device(self.jax_device), dtype)
+            self._batched = tuple(f for f, t in self._params.tensors.items() if t.numel())
+            self._bind_params()
+        self._host_render = HostRenderer(model, self._params)
         d = mujoco.MjData(model)
         mujoco.mj_resetData(model, d)
         mujoco.mj_forward(model, d)
         one = mjx.put_data(model, d, device=self.jax_device, impl="jax")
         # Every env starts at the model's default state, like the mujoco backend.
         self._data = _BATCH(one, num_envs)
-        self._scratch = d
-        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
         self.state = SimState(model, *(self._view(getattr(self._data, k)) for k in _VIEWED))
         self.torch_device = self.state.qpos.device
 
@@ -191,6 +162,11 @@ class MjxPhysics(Physics):
         s, d = self.state, self._data
         return d.replace(**{k: self._from_torch(getattr(s, k), getattr(d, k)) for k in _VIEWED})
 
+    def _bind_params(self) -> None:
+        """``self.mx``: the nominal model with the randomized fields swapped for views of the [N, ...] tensors."""
+        tensors = self._params.tensors
+        self.mx = self._mx_nominal.replace(**{f: jax.dlpack.from_dlpack(tensors[f]) for f in self._batched})
+
     def _publish(self, data: mjx.Data) -> None:
         self._data = data
         for k in _VIEWED:
@@ -199,14 +175,34 @@ class MjxPhysics(Physics):
     # --------------------------------------------------------------------------------------------- physics
     def step(self, ctrl: torch.Tensor, nsubsteps: int) -> torch.Tensor:
         self.state.ctrl = ctrl  # converted (and, if needed, copied) to JAX's dtype by _from_torch
-        data, diverged = _STEP(self.mx, self._data_from_state(), int(nsubsteps))
+        data, diverged = _STEP(self.mx, self._data_from_state(), int(nsubsteps), self._batched)
         self._publish(data)
         return torch.from_dlpack(diverged)
 
     def forward(self, env_ids: torch.Tensor) -> None:
         mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.torch_device)
         mask[env_ids.to(self.torch_device)] = True
-        self._publish(_FORWARD(self.mx, self._data_from_state(), jax.dlpack.from_dlpack(mask)))
+        self._publish(_FORWARD(self.mx, self._data_from_state(), jax.dlpack.from_dlpack(mask), self._batched))
+
+    def randomize(self, env_ids: torch.Tensor, gen: torch.Generator) -> None:
+        if self._params is None:
+            return
+        self._params.randomize(env_ids, gen)
+        # Rows were written in place by torch; re-importing orders XLA's stream after those writes (DLPack's
+        # stream handshake) and covers an import that copied.
+        self._bind_params()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        sd = super().state_dict()
+        if self._params is not None:
+            sd.update(self._params.state_dict())
+        return sd
+
+    def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        super().load_state_dict({k: v for k, v in sd.items() if not k.startswith("model.")})
+        if self._params is not None:
+            self._params.load_state_dict(sd)
+            self._bind_params()
 
     def describe(self) -> dict[str, int]:
         """What one MJX step costs: contact slots and constraint rows (allocated for every env, touching or not)."""
@@ -217,45 +213,16 @@ class MjxPhysics(Physics):
 
     def precompile(self, nsubsteps: int) -> None:
         """Compile the step and the reset forward now (ahead of the first call), e.g. to time compilation."""
-        _STEP.lower(self.mx, self._data, int(nsubsteps)).compile()
-        _FORWARD.lower(self.mx, self._data, jnp.zeros(self.num_envs, bool, device=self.jax_device)).compile()
+        _STEP.lower(self.mx, self._data, int(nsubsteps), self._batched).compile()
+        mask = jnp.zeros(self.num_envs, bool, device=self.jax_device)
+        _FORWARD.lower(self.mx, self._data, mask, self._batched).compile()
 
     # ------------------------------------------------------------------------------------------- rendering
-    def _load_env(self, i: int) -> mujoco.MjData:
-        """Env ``i``'s state copied into a native MjData (for rendering on MuJoCo's CPU renderer)."""
-        d, s = self._scratch, self.state
-        for k in ("qpos", "qvel", "ctrl"):
-            getattr(d, k)[:] = getattr(s, k)[i].cpu().double().numpy()
-        if self.model.nmocap:
-            d.mocap_pos[:] = s.mocap_pos[i].cpu().double().numpy()
-            d.mocap_quat[:] = s.mocap_quat[i].cpu().double().numpy()
-        mujoco.mj_forward(self.model, d)
-        return d
-
     def render(self, camera: str, width: int, height: int, env_ids: torch.Tensor | None = None) -> torch.Tensor:
-        ids = range(self.num_envs) if env_ids is None else env_ids.tolist()
-        r = self._renderer(width, height)
-        frames = np.empty((len(ids), height, width, 3), dtype=np.uint8)
-        for j, i in enumerate(ids):
-            r.update_scene(self._load_env(i), camera=camera)
-            frames[j] = r.render()
-        return torch.from_numpy(frames).permute(0, 3, 1, 2).contiguous()
-
-    def _renderer(self, width: int, height: int) -> mujoco.Renderer:
-        if (width, height) not in self._renderers:
-            os.environ.setdefault("MUJOCO_GL", "egl")
-            r = mujoco.Renderer(self.model, height=height, width=width)
-            # Shadows, reflections and the skybox cost ~70 ms a frame on a CPU renderer (DESIGN.md §4).
-            for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
-                         mujoco.mjtRndFlag.mjRND_SKYBOX):
-                r.scene.flags[flag] = 0
-            self._renderers[(width, height)] = r
-        return self._renderers[(width, height)]
+        return self._host_render.render(self.state, camera, width, height, env_ids)
 
     def close(self) -> None:
-        for r in self._renderers.values():
-            r.close()
-        self._renderers.clear()
+        self._host_render.close()
 
 
 _TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64, "bool": torch.bool, "int32": torch.int32}

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from sim.core import Physics, SimState
-from sim.randomization import ModelRandomizer, RandomizationConfig
+from sim.randomization import ModelRandomizer, RandomizationConfig, write_env_params
 
 _S = mujoco.mjtState
 _FULL = _S.mjSTATE_FULLPHYSICS.value
@@ -124,8 +124,10 @@ class MujocoPhysics(Physics):
     def randomize(self, env_ids: torch.Tensor, gen: torch.Generator) -> None:
         if self._randomizer is None:
             return
-        for i in env_ids.tolist():
-            self._randomizer.sample(self._models[i], gen)
+        ids = env_ids.tolist()
+        drawn = self._randomizer.sample(len(ids), gen)
+        for row, i in enumerate(ids):
+            write_env_params(self._models[i], drawn, row)
 
     def nonfinite(self) -> torch.Tensor:
         bad = ~(np.isfinite(self._state).all(axis=1) & np.isfinite(self._sens).all(axis=1))

@@ -2,8 +2,9 @@
 
 Ranges are ``[low, high]``; scales multiply the model's nominal value, offsets add to it. Physics parameters are
 drawn per env at every reset from the env's own seeded generator, so a seed reproduces them exactly. The CPU
-backend keeps one ``MjModel`` per randomized env (``mujoco.rollout`` takes a model per env); GPU backends batch
-the same fields.
+backend keeps one ``MjModel`` per randomized env (``mujoco.rollout`` takes a model per env); the batched backends
+(mjx, warp) hold the same fields as ``[N, ...]`` tensors (``BatchedModelParams``). All draw through one sampler
+(``ModelRandomizer.sample``), so one seed gives the same parameters on every backend.
 
     sim.randomization.friction=[0.7,1.3] sim.randomization.action_latency=[0,2] sim.randomization.obs_noise=0.01
 """
@@ -58,7 +59,12 @@ class RandomizationConfig:
 
 
 class ModelRandomizer:
-    """Writes randomized parameters into per-env copies of a nominal model."""
+    """Draws per-env values of a nominal model's randomized fields; every backend uses this one sampler.
+
+    ``sample`` consumes the env's generator in one fixed order for a batch of envs, so two backends given the
+    same seed and the same resets draw the same parameters (the CPU backend writes them into per-env ``MjModel``
+    copies, the batched backends into ``[N, ...]`` arrays).
+    """
 
     FIELDS = ("geom_friction", "body_mass", "body_inertia", "body_ipos", "dof_damping", "dof_armature",
               "actuator_gainprm", "actuator_biasprm", "cam_pos", "light_diffuse")
@@ -73,37 +79,70 @@ class ModelRandomizer:
             & np.isclose(nominal.actuator_biasprm[:, 1], -nominal.actuator_gainprm[:, 0]))
         self.movable_bodies = np.arange(1, nominal.nbody)  # not the world
 
-    def sample(self, model: mujoco.MjModel, gen: torch.Generator) -> dict[str, float]:
-        """Randomize ``model`` in place (a per-env copy); returns the drawn scalar scales for logging."""
+    def sample(self, num: int, gen: torch.Generator) -> dict[str, np.ndarray]:
+        """float64 values ``[num, *field_shape]`` of every field in ``FIELDS``, one row per env."""
         cfg, nom = self.cfg, self.nominal
 
-        def u(lo_hi: list[float], size: int | tuple[int, ...] = ()) -> np.ndarray:
-            shape = (size,) if isinstance(size, int) else size
-            r = torch.rand(shape or (1,), generator=gen, dtype=torch.float64).numpy()
-            v = lo_hi[0] + r * (lo_hi[1] - lo_hi[0])
-            return v if shape else v[:1]
+        def u(lo_hi: list[float], *shape: int) -> np.ndarray:  # U(lo, hi) of the given shape
+            r = torch.rand(shape, generator=gen, dtype=torch.float64).numpy()
+            return lo_hi[0] + r * (lo_hi[1] - lo_hi[0])
 
-        friction, mass = float(u(cfg.friction)[0]), float(u(cfg.mass)[0])
-        damping, armature, gain = float(u(cfg.joint_damping)[0]), float(u(cfg.armature)[0]), \
-            float(u(cfg.actuator_gain)[0])
-        model.geom_friction[:] = nom["geom_friction"]
-        model.geom_friction[:, 0] *= friction
-        model.body_mass[:] = nom["body_mass"] * mass
-        model.body_inertia[:] = nom["body_inertia"] * mass
-        model.body_ipos[:] = nom["body_ipos"]
+        def rows(f: str) -> np.ndarray:
+            return np.repeat(nom[f][None], num, axis=0)
+
+        friction, mass, damping = u(cfg.friction, num), u(cfg.mass, num), u(cfg.joint_damping, num)
+        armature, gain = u(cfg.armature, num), u(cfg.actuator_gain, num)
+        out = {f: rows(f) for f in self.FIELDS}
+        out["geom_friction"][:, :, 0] *= friction[:, None]  # sliding friction only
+        out["body_mass"] *= mass[:, None]
+        out["body_inertia"] *= mass[:, None, None]
         if cfg.com_offset > 0:
             n = len(self.movable_bodies)
-            model.body_ipos[self.movable_bodies] += u([-cfg.com_offset, cfg.com_offset], (n, 3))
-        model.dof_damping[:] = nom["dof_damping"] * damping
-        model.dof_armature[:] = nom["dof_armature"] * armature
-        model.actuator_gainprm[:] = nom["actuator_gainprm"]
-        model.actuator_biasprm[:] = nom["actuator_biasprm"]
+            out["body_ipos"][:, self.movable_bodies] += u([-cfg.com_offset, cfg.com_offset], num, n, 3)
+        out["dof_damping"] *= damping[:, None]
+        out["dof_armature"] *= armature[:, None]
         pa = self.position_actuators
-        model.actuator_gainprm[pa, 0] *= gain
-        model.actuator_biasprm[pa, 1] *= gain
-        model.cam_pos[:] = nom["cam_pos"]
-        if cfg.camera_pos_jitter > 0 and model.ncam:
-            model.cam_pos[:] += u([-cfg.camera_pos_jitter, cfg.camera_pos_jitter], (model.ncam, 3))
-        model.light_diffuse[:] = np.clip(nom["light_diffuse"] * float(u(cfg.light_scale)[0]), 0.0, 1.0)
-        return {"friction": friction, "mass": mass, "joint_damping": damping, "armature": armature,
-                "actuator_gain": gain}
+        out["actuator_gainprm"][:, pa, 0] *= gain[:, None]
+        out["actuator_biasprm"][:, pa, 1] *= gain[:, None]
+        ncam = len(nom["cam_pos"])
+        if cfg.camera_pos_jitter > 0 and ncam:
+            out["cam_pos"] += u([-cfg.camera_pos_jitter, cfg.camera_pos_jitter], num, ncam, 3)
+        out["light_diffuse"] = np.clip(out["light_diffuse"] * u(cfg.light_scale, num)[:, None, None], 0.0, 1.0)
+        return out
+
+
+def write_env_params(model: mujoco.MjModel, params: dict[str, np.ndarray | torch.Tensor], row: int) -> None:
+    """Copy one env's row of ``params`` (``ModelRandomizer.FIELDS`` -> ``[N, ...]``) into ``model`` in place."""
+    for f, v in params.items():
+        r = v[row]
+        getattr(model, f)[:] = r.detach().cpu().double().numpy() if isinstance(r, torch.Tensor) else r
+
+
+class BatchedModelParams:
+    """Per-env values of ``ModelRandomizer.FIELDS`` as torch tensors ``[N, *field_shape]`` on the sim's device.
+
+    What the batched backends hand their kernels: ``sim.mjx`` maps these fields with vmap ``in_axes=0`` in a batched
+    ``mjx.Model``, ``sim.warp`` views them as its per-world model arrays. Redraws write rows in place, so views of
+    these buffers (DLPack, ``wp.from_torch``) see them without being rebuilt. Every env starts at the nominal model.
+    """
+
+    def __init__(self, nominal: mujoco.MjModel, cfg: RandomizationConfig, num_envs: int, device: torch.device,
+                 dtype: torch.dtype) -> None:
+        self.sampler = ModelRandomizer(nominal, cfg)
+        self.tensors = {f: torch.as_tensor(v, device=device, dtype=dtype).expand(num_envs, *v.shape).contiguous()
+                        for f, v in self.sampler.nominal.items()}
+
+    def randomize(self, env_ids: torch.Tensor, gen: torch.Generator) -> None:
+        """New parameters for ``env_ids``, drawn from ``gen`` exactly as the CPU backend draws them."""
+        if env_ids.numel() == 0:
+            return
+        drawn = self.sampler.sample(len(env_ids), gen)
+        for f, t in self.tensors.items():
+            t[env_ids.to(t.device)] = torch.from_numpy(drawn[f]).to(device=t.device, dtype=t.dtype)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {f"model.{f}": t.clone() for f, t in self.tensors.items()}
+
+    def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        for f, t in self.tensors.items():
+            t.copy_(sd[f"model.{f}"])

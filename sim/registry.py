@@ -33,10 +33,18 @@ def _mujoco_physics(task: Task, cfg: SimConfig):
 def _mjx_physics(task: Task, cfg: SimConfig):
     from sim.mjx import MjxPhysics
 
-    return MjxPhysics(task.build_spec().compile(), cfg.num_envs, cfg.device)
+    return MjxPhysics(task.build_spec().compile(), cfg.num_envs, cfg.device, cfg.randomization)
 
 
-BACKENDS: dict[str, Callable[[Task, SimConfig], Any]] = {"mujoco": _mujoco_physics, "mjx": _mjx_physics}
+def _warp_physics(task: Task, cfg: SimConfig):
+    from sim.warp import WarpPhysics  # imports mujoco_warp: the optional ``warp`` extra
+
+    return WarpPhysics(task.build_spec().compile(), cfg.num_envs, cfg.device, cfg.randomization)
+
+
+BACKENDS: dict[str, Callable[[Task, SimConfig], Any]] = {"mujoco": _mujoco_physics, "mjx": _mjx_physics,
+                                                         "warp": _warp_physics}
+ISAACLAB = "isaaclab"  # task=isaaclab with sim.backend=isaaclab: an Isaac Lab task through sim/isaaclab.py
 
 
 def task_names() -> list[str]:
@@ -68,11 +76,31 @@ def make_task(name: str, cfg: Any | None = None) -> Task:
 def make_env(task: str | Task, sim: SimConfig | None = None, task_cfg: Any | None = None) -> VecEnv:
     """Build a batched env: ``make_env("so101_lift", SimConfig(num_envs=64))``."""
     sim = sim or SimConfig()
+    if ISAACLAB in (sim.backend, task):
+        return _isaaclab_env(task, sim, task_cfg)
     if sim.backend not in BACKENDS:
-        raise ValueError(f"unknown sim backend {sim.backend!r}; available backends: {sorted(BACKENDS)}")
+        raise ValueError(f"unknown sim backend {sim.backend!r}; available backends: {sorted([*BACKENDS, ISAACLAB])}")
     task_obj = make_task(task, task_cfg) if isinstance(task, str) else task
     physics = BACKENDS[sim.backend](task_obj, sim)
     return MujocoFamilyEnv(task_obj, physics, sim)
+
+
+def _isaaclab_env(task: Any, sim: SimConfig, cfg: Any) -> VecEnv:
+    """``make_isaaclab_env`` from ``task=isaaclab`` (an ``IsaacLabTaskConfig``) and ``sim=isaaclab``."""
+    from sim.isaaclab import IsaacLabTaskConfig, make_isaaclab_env
+    from sim.randomization import RandomizationConfig
+
+    if task != ISAACLAB or sim.backend != ISAACLAB:
+        name = task if isinstance(task, str) else type(task).__name__
+        raise ValueError(f"task={name} with sim={sim.backend}: Isaac Lab tasks need sim=isaaclab and sim=isaaclab runs "
+                         "only them; use sim=isaaclab task=isaaclab task.id=<gymnasium id, e.g. Isaac-Cartpole>")
+    if not isinstance(cfg, IsaacLabTaskConfig):
+        raise TypeError(f"task=isaaclab needs an IsaacLabTaskConfig, got {type(cfg).__name__}")
+    if sim.on_nonfinite_action != "raise" or sim.randomization != RandomizationConfig():
+        raise ValueError("sim=isaaclab: sim.on_nonfinite_action must be 'raise' and sim.randomization empty (Isaac "
+                         "Lab randomizes through the task's own event terms: set them with task.overrides)")
+    return make_isaaclab_env(cfg.id, sim.num_envs, sim.device, cfg.overrides, sim.seed, cfg.launcher_args,
+                             cfg.action_scale, cfg.success)
 
 
 def config_from_dict(name: str, values: dict[str, Any]) -> Any:
@@ -80,14 +108,20 @@ def config_from_dict(name: str, values: dict[str, Any]) -> Any:
     from omegaconf import OmegaConf
 
     tasks = _tasks()
-    if name not in tasks:
-        raise ValueError(f"unknown task {name!r}; available tasks: {sorted(tasks)}")
-    schema = OmegaConf.structured(tasks[name][1])
+    if name == ISAACLAB:
+        from sim.isaaclab import IsaacLabTaskConfig
+
+        if values.get("id", "???") == "???":
+            raise ValueError("task=isaaclab needs task.id=<a gymnasium id of isaaclab_tasks, e.g. Isaac-Cartpole>")
+        schema = OmegaConf.structured(IsaacLabTaskConfig)
+    elif name not in tasks:
+        raise ValueError(f"unknown task {name!r}; available tasks: {sorted([*tasks, ISAACLAB])}")
+    else:
+        schema = OmegaConf.structured(tasks[name][1])
     try:
-        merged = OmegaConf.merge(schema, OmegaConf.create(values))
-    except Exception as e:  # omegaconf's ValidationError / ConfigKeyError name the key and the expected type
+        return OmegaConf.to_object(OmegaConf.merge(schema, OmegaConf.create(values)))
+    except Exception as e:  # omegaconf's ValidationError / ConfigKeyError / MissingMandatoryValue name the key
         raise ValueError(f"bad config for task {name!r}: {e}") from None
-    return OmegaConf.to_object(merged)
 
 
 def sim_config_from_dict(values: dict[str, Any]) -> SimConfig:
