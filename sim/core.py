@@ -20,7 +20,7 @@ import torch
 
 from robot_rl import keys
 from robot_rl.env import Obs, ObsSpec, VecEnv, check_action, nonfinite_rows
-from sim.randomization import RandomizationConfig
+from sim.randomization import BatchedModelParams, RandomizationConfig
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,33 @@ class Physics(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         pass
+
+
+class BatchedParamsPhysics(Physics):
+    """A device backend (mjx, warp) whose randomized model fields live as [N, ...] tensors in one
+    ``BatchedModelParams`` (None: nothing randomized); they are redrawn, saved and restored here."""
+
+    _params: BatchedModelParams | None = None
+
+    def _params_changed(self) -> None:  # noqa: B027 - optional hook
+        """Called after the parameter tensors were rewritten (redrawn or loaded)."""
+
+    def randomize(self, env_ids: torch.Tensor, gen: torch.Generator) -> None:
+        if self._params is not None:
+            self._params.randomize(env_ids, gen)
+            self._params_changed()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        sd = super().state_dict()
+        if self._params is not None:
+            sd.update(self._params.state_dict())
+        return sd
+
+    def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        super().load_state_dict({k: v for k, v in sd.items() if not k.startswith("model.")})
+        if self._params is not None:
+            self._params.load_state_dict(sd)
+            self._params_changed()
 
 
 class Task(ABC):

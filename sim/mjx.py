@@ -38,7 +38,7 @@ import torch
 from mujoco import mjx
 from mujoco.mjx._src import forward as _mjx_forward  # implicit(): MJX's implicitfast integrator (mujoco-mjx 3.17)
 
-from sim.core import Physics, SimState
+from sim.core import BatchedParamsPhysics, SimState
 from sim.host_render import HostRenderer
 from sim.mjx_compat import make_mjx_compatible
 from sim.randomization import BatchedModelParams, RandomizationConfig
@@ -119,7 +119,7 @@ _FORWARD = jax.jit(_masked_forward, static_argnums=(3,))
 _BATCH = jax.jit(lambda d, n: jax.tree.map(lambda x: jnp.repeat(x[None], n, axis=0), d), static_argnums=(1,))
 
 
-class MjxPhysics(Physics):
+class MjxPhysics(BatchedParamsPhysics):
     """Batched MJX (JAX) physics behind torch tensors."""
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, device: str | torch.device = "cpu",
@@ -184,25 +184,10 @@ class MjxPhysics(Physics):
         mask[env_ids.to(self.torch_device)] = True
         self._publish(_FORWARD(self.mx, self._data_from_state(), jax.dlpack.from_dlpack(mask), self._batched))
 
-    def randomize(self, env_ids: torch.Tensor, gen: torch.Generator) -> None:
-        if self._params is None:
-            return
-        self._params.randomize(env_ids, gen)
+    def _params_changed(self) -> None:
         # Rows were written in place by torch; re-importing orders XLA's stream after those writes (DLPack's
         # stream handshake) and covers an import that copied.
         self._bind_params()
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        sd = super().state_dict()
-        if self._params is not None:
-            sd.update(self._params.state_dict())
-        return sd
-
-    def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        super().load_state_dict({k: v for k, v in sd.items() if not k.startswith("model.")})
-        if self._params is not None:
-            self._params.load_state_dict(sd)
-            self._bind_params()
 
     def describe(self) -> dict[str, int]:
         """What one MJX step costs: contact slots and constraint rows (allocated for every env, touching or not)."""

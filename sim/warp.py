@@ -34,7 +34,7 @@ import torch
 import warp as wp
 
 from robot_rl.env import nonfinite_rows
-from sim.core import Physics, SimState
+from sim.core import BatchedParamsPhysics, SimState
 from sim.host_render import HostRenderer
 from sim.randomization import BatchedModelParams, RandomizationConfig
 
@@ -81,7 +81,7 @@ def _without_autoreset(model: mujoco.MjModel) -> mujoco.MjModel:
     return model
 
 
-class WarpPhysics(Physics):
+class WarpPhysics(BatchedParamsPhysics):
     """Batched MuJoCo Warp physics behind torch tensors."""
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, device: str | torch.device = "cuda:0",
@@ -168,20 +168,8 @@ class WarpPhysics(Physics):
         self._run("forward", lambda: mjw.forward(self.m, self.d))
         self.state.sensordata[keep] = kept
 
-    def randomize(self, env_ids: torch.Tensor, gen: torch.Generator) -> None:
-        if self._params is not None:
-            self._params.randomize(env_ids, gen)  # in place: the model's views (and captured graphs) see it
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        sd = super().state_dict()
-        if self._params is not None:
-            sd.update(self._params.state_dict())
-        return sd
-
-    def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        super().load_state_dict({k: v for k, v in sd.items() if not k.startswith("model.")})
-        if self._params is not None:
-            self._params.load_state_dict(sd)
+    # randomize/state_dict from BatchedParamsPhysics: rows are written in place, so the model's views (and
+    # captured CUDA graphs) see them without rebinding.
 
     def describe(self) -> dict[str, int]:
         """What one step allocates: per-world contact and constraint-row capacities."""
