@@ -205,12 +205,37 @@ def _time_to(curve: Curve, target: float) -> float | None:
     return next((c[0] for c in curve if c[2] >= target), None)
 
 
+def _merge(path: Path, part1: dict, part2: dict, budgets: dict[str, float]) -> None:
+    """Fold the tasks of an earlier run's JSON that this run did not redo into this run's results (``--merge``).
+
+    Parts of the benchmark take hours on 2 cores; they can run as separate processes (one per core) and meet here.
+    """
+    import json
+
+    if not path.exists():
+        return
+    old = json.loads(path.read_text())
+    for task, methods in old.get("curves", {}).items():
+        if task not in part1:
+            part1[task] = {m: {int(s): [tuple(p) for p in c] for s, c in r.items()} for m, r in methods.items()}
+            budgets[task] = old.get("budget_s", {}).get(task, old.get("budget_s_per_method"))
+    for env_id, rec in old.get("gym", {}).items():
+        if env_id not in part2:
+            part2[env_id] = {m: {int(s): v for s, v in r.items()} for m, r in rec["returns"].items()}
+            budgets[env_id] = rec["env_steps"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="so101_reach, 1 seed, 3 min each; HalfCheetah 5k steps")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--budget-s", type=float, default=None, help="override the wall-clock budget per method")
     parser.add_argument("--gym-steps", type=int, default=None, help="override the env steps of part 2")
+    parser.add_argument("--tasks", nargs="*", default=None, help="part 1 tasks (none: skip part 1)")
+    parser.add_argument("--gym-envs", nargs="*", default=None, help="part 2 gymnasium ids (none: skip part 2)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None)
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the tasks of the existing JSON in --out that this run does not redo")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.quick:
@@ -221,22 +246,29 @@ def main() -> None:
         gym_ids, gym_seeds, gym_steps = ["HalfCheetah-v5", "Humanoid-v5"], [0, 1, 2], 100_000
 
     budget_s, gym_steps = args.budget_s or budget_s, args.gym_steps or gym_steps
+    tasks = tasks if args.tasks is None else args.tasks
+    gym_ids = gym_ids if args.gym_envs is None else args.gym_envs
+    seeds = gym_seeds = seeds if args.seeds is None else args.seeds
+    eval_every = min(eval_every, budget_s / 10)
+    budgets: dict[str, float] = {}  # per task: wall-clock s (part 1) or env steps (part 2)
     part1: dict[str, dict[str, dict[int, Curve]]] = {}
     for task in tasks:
-        part1[task] = {"flashsac": {}, "sb3_sac": {}, "ppo": {}}
+        part1[task], budgets[task] = {"flashsac": {}, "sb3_sac": {}, "ppo": {}}, budget_s
         for seed in seeds:
             part1[task]["flashsac"][seed] = _ours(task, "flashsac", seed, budget_s, eval_every)
             part1[task]["sb3_sac"][seed] = _sb3_sac(task, seed, budget_s, eval_every)
             part1[task]["ppo"][seed] = _ours(task, "ppo", seed, budget_s, eval_every)
     part2: dict[str, dict[str, dict[int, float]]] = {}
     for env_id in gym_ids:
-        part2[env_id] = {"flashsac": {}, "sb3_sac": {}}
+        part2[env_id], budgets[env_id] = {"flashsac": {}, "sb3_sac": {}}, gym_steps
         for seed in gym_seeds:
             for name, fn in (("flashsac", _gym_flashsac), ("sb3_sac", _gym_sb3_sac)):
                 start = time.perf_counter()
                 part2[env_id][name][seed] = fn(env_id, seed, gym_steps)
                 print(f"  {name:8s} {env_id} seed {seed}: return {part2[env_id][name][seed]:.1f} after {gym_steps} "
                       f"steps ({time.perf_counter() - start:.0f} s)", flush=True)
+    if args.merge:
+        _merge(args.out / "offpolicy.json", part1, part2, budgets)
 
     # ------------------------------------------------------------------------------------------ summary
     goals, summary = [], {}
@@ -250,15 +282,17 @@ def main() -> None:
         summary[task] = s
         # A FlashSAC run that never reached 90% counts as twice the budget, a PPO run as the budget: never
         # reaching it cannot meet the goal, and the ratio stays a bound in the right direction.
-        t_flash = statistics.median(t if t is not None else 2 * budget_s for t in s["flashsac"]["time_to_90_s"])
-        t_ppo = statistics.median(t if t is not None else budget_s for t in s["ppo"]["time_to_90_s"])
+        b = budgets[task]
+        t_flash = statistics.median(t if t is not None else 2 * b for t in s["flashsac"]["time_to_90_s"])
+        t_ppo = statistics.median(t if t is not None else b for t in s["ppo"]["time_to_90_s"])
+        s["budget_s"], s["seeds"] = b, len(methods["flashsac"])
         goals += [goal(f"flashsac_success_at_budget_{task}", s["flashsac"]["final_success_median"], 0.9, ">="),
                   goal(f"flashsac_minus_sb3_sac_success_at_budget_{task}",
                        s["flashsac"]["final_success_median"] - s["sb3_sac"]["final_success_median"], 0.0, ">="),
                   goal(f"flashsac_over_ppo_time_to_90_{task}", t_flash / t_ppo, 1.0, "<=")]
     for env_id, methods in part2.items():
         med = {name: statistics.median(v.values()) for name, v in methods.items()}
-        summary[env_id] = {"return_median": med, "returns": methods, "env_steps": gym_steps}
+        summary[env_id] = {"return_median": med, "returns": methods, "env_steps": budgets[env_id]}
         goals.append(goal(f"flashsac_minus_sb3_sac_return_{env_id}", med["flashsac"] - med["sb3_sac"], 0.0, ">="))
 
     colors = {"flashsac": "tab:blue", "sb3_sac": "tab:orange", "ppo": "tab:green"}
@@ -267,10 +301,10 @@ def main() -> None:
         for name, runs in methods.items():
             for seed, curve in runs.items():
                 ax.plot([c[0] / 60 for c in curve], [c[2] for c in curve], color=colors[name], alpha=0.8,
-                        label=name if seed == seeds[0] else None)
+                        label=name if seed == min(runs) else None)
         ax.axhline(TARGET, color="gray", ls="--", lw=1)
         ax.set(xlabel="training wall-clock (min)", ylabel="eval success rate (50 episodes)",
-               title=f"{task}, {len(seeds)} seed(s), 2 CPU cores")
+               title=f"{task}, {len(methods['flashsac'])} seed(s), 2 CPU cores")
         ax.legend()
         ax.grid(alpha=0.3)
     if part2:
@@ -279,18 +313,20 @@ def main() -> None:
         for i, name in enumerate(names):
             vals = [statistics.median(part2[e][name].values()) for e in part2]
             ax.bar(np.arange(len(part2)) + 0.4 * i, vals, width=0.4, color=colors[name], label=name)
-        ax.set_xticks(np.arange(len(part2)) + 0.2, list(part2))
-        ax.set(ylabel=f"return after {gym_steps} env steps", title="gymnasium MuJoCo, equal env steps")
+        ax.set_xticks(np.arange(len(part2)) + 0.2, [f"{e}\n{budgets[e] // 1000}k steps" for e in part2])
+        ax.set(ylabel="return after equal env steps (median over seeds)", title="gymnasium MuJoCo, equal env steps")
         ax.legend()
     fig.tight_layout()
     args.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out / "offpolicy.png", dpi=100)
     plt.close(fig)
 
-    data = {"quick": args.quick, "budget_s_per_method": budget_s, "eval_every_s": eval_every,
+    data = {"quick": args.quick, "budget_s": {t: budgets[t] for t in part1}, "eval_every_s": eval_every,
             "eval": f"{EVAL_EPISODES} deterministic episodes, reset seed {EVAL_SEED}; clock paused while evaluating",
             "torch_threads": 1, "summary": summary,
             "curves": {t: {m: {str(s): c for s, c in r.items()} for m, r in ms.items()} for t, ms in part1.items()},
+            "gym": {e: {"env_steps": budgets[e], "returns": {m: {str(s): v for s, v in r.items()} for m, r in ms.items()}}
+                    for e, ms in part2.items()},
             "notes": [("time_to_90_s: first evaluation at >= 90% success (training seconds), null if never; in the "
                        "ratio goal a FlashSAC run that never got there counts as twice the budget, a PPO run as the "
                        "budget"),

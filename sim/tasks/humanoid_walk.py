@@ -1,8 +1,10 @@
-"""humanoid_walk: track a commanded planar velocity (vx, vy, yaw rate) with our 18-joint humanoid.
+"""humanoid_walk: track a commanded planar velocity (vx, vy, yaw rate) with a humanoid (ours by default).
 
 The velocity-tracking recipe of legged_gym / mjlab: commands resampled during the episode, noisy proprioception
 for the policy and clean privileged state for the critic, reward terms as small batched functions with their
-weights in ``HumanoidWalkConfig.reward_weights``, and a fall ends the episode.
+weights in ``HumanoidWalkConfig.reward_weights``, pushes as an interval event, and a fall ends the episode.
+The robot is a ``LeggedRobotDescription`` (``task.robot``): another MJCF, e.g. a Unitree G1, is a config
+(configs/task/robot/g1.yaml).
 
 World quantities are read through sensors added here with MjSpec (framepos, framequat, velocimeter, gyro,
 framelinvel, geom-geom contact), so the ``mujoco`` and ``mjx`` backends serve them the same way.
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import mujoco
 import torch
@@ -20,19 +21,16 @@ import torch
 from robot_rl import keys
 from robot_rl.env import Obs, ObsSpec
 from sim.core import SimState, Task
-
-HUMANOID_XML = Path(__file__).resolve().parent.parent / "assets" / "humanoid.xml"
-FEET = ("left_foot", "right_foot")
-SOLES = ("in", "out")  # the two contact capsules under each foot
+from sim.robot_description import LeggedRobotDescription
 
 
 @dataclass
 class HumanoidWalkConfig:
     """humanoid_walk. Velocities in the base (pelvis) frame: +x forward, +y left; angles in rad."""
 
-    episode_length: int = 1000  # control steps (50 Hz: 20 s)
-    decimation: int = 4  # physics steps per control step (timestep 5 ms -> 50 Hz control)
-    action_scale: float = 0.5  # rad: joint target = default pose + action_scale * a, a in [-1, 1]
+    robot: LeggedRobotDescription = field(default_factory=LeggedRobotDescription)
+    episode_length: int = 1000  # control steps (50 Hz with our humanoid's 5 ms timestep: 20 s)
+    decimation: int = 4  # physics steps per control step
     init_joint_noise: float = 0.1  # rad, uniform noise around the home pose at reset
     init_yaw_range: float = math.pi  # rad, initial heading drawn from [-init_yaw_range, init_yaw_range]
     command_resample_s: float = 10.0  # s between command draws (the first draw of each env is staggered)
@@ -44,8 +42,12 @@ class HumanoidWalkConfig:
     ang_vel_std: float = 0.5  # rad/s, width of the yaw-rate tracking kernel
     air_time_threshold: float = 0.3  # s; steps with longer swings earn feet_air_time
     soft_limit_factor: float = 0.9  # joint_pos_limits starts at this fraction of each joint's range
-    fall_height: float = 0.45  # m, pelvis height below which the robot has fallen
     fall_tilt: float = 1.0  # rad, pelvis tilt beyond which the robot has fallen
+    # Pushes (an interval event, as legged_gym's push_robots / Isaac Lab's push_by_setting_velocity): every
+    # push_interval_s (drawn per env) a uniform [-push_velocity, push_velocity] m/s is added to the base's
+    # planar velocity. 0 disables them (benchmarks/humanoid.py's result was trained without).
+    push_velocity: float = 0.0  # m/s
+    push_interval_s: list[float] = field(default_factory=lambda: [10.0, 15.0])  # s
     obs_noise: bool = True  # uniform noise on the policy observations (the critic's are clean)
     noise_lin_vel: float = 0.1  # m/s
     noise_ang_vel: float = 0.2  # rad/s
@@ -131,24 +133,35 @@ class HumanoidWalkTask(Task):
 
     def __init__(self, cfg: HumanoidWalkConfig) -> None:
         self.cfg = cfg
+        self.robot = cfg.robot
         self.decimation = cfg.decimation
-        self.action_dim = 18
+        if cfg.push_velocity < 0 or len(cfg.push_interval_s) != 2 or not 0 < cfg.push_interval_s[0] <= \
+                cfg.push_interval_s[1]:
+            raise ValueError(f"humanoid_walk: push_velocity must be >= 0 and push_interval_s [low, high] with "
+                             f"0 < low <= high, got {cfg.push_velocity}, {cfg.push_interval_s}")
+        # Sizes come from the model; read them once here so obs_spec/action_dim exist before bind().
+        spec = self.build_spec()
+        model = spec.compile()
+        self.joint_names = self.robot.actuated_joints(model)
+        self.action_dim = len(self.joint_names)
+        self.num_feet = len(self.robot.feet)
 
     def build_spec(self) -> mujoco.MjSpec:
-        spec = mujoco.MjSpec.from_file(str(HUMANOID_XML))
+        spec = self.robot.load_spec()
+        self.contact_geoms = self.robot.foot_contact_geoms(spec)
         site, geom = mujoco.mjtObj.mjOBJ_SITE, mujoco.mjtObj.mjOBJ_GEOM
         s = mujoco.mjtSensor
-        spec.add_sensor(name="base_pos", type=s.mjSENS_FRAMEPOS, objtype=site, objname="imu")
-        spec.add_sensor(name="base_quat", type=s.mjSENS_FRAMEQUAT, objtype=site, objname="imu")
-        spec.add_sensor(name="base_lin_vel", type=s.mjSENS_VELOCIMETER, objtype=site, objname="imu")
-        spec.add_sensor(name="base_ang_vel", type=s.mjSENS_GYRO, objtype=site, objname="imu")
-        for f in FEET:
-            spec.add_sensor(name=f"{f}_pos", type=s.mjSENS_FRAMEPOS, objtype=site, objname=f)
-            spec.add_sensor(name=f"{f}_lin_vel", type=s.mjSENS_FRAMELINVEL, objtype=site, objname=f)
-            for sole in SOLES:  # geom-geom matching, "found" only: what MJX can compute
-                spec.add_sensor(name=f"{f}_{sole}_contact", type=s.mjSENS_CONTACT, objtype=geom,
-                                objname=f"{f.removesuffix('_foot')}_sole_{sole}", reftype=geom, refname="floor",
-                                intprm=[1, 0, 1])
+        base = self.robot.base_site_name
+        spec.add_sensor(name="base_pos", type=s.mjSENS_FRAMEPOS, objtype=site, objname=base)
+        spec.add_sensor(name="base_quat", type=s.mjSENS_FRAMEQUAT, objtype=site, objname=base)
+        spec.add_sensor(name="base_lin_vel", type=s.mjSENS_VELOCIMETER, objtype=site, objname=base)
+        spec.add_sensor(name="base_ang_vel", type=s.mjSENS_GYRO, objtype=site, objname=base)
+        for i, foot_site in enumerate(self.robot.foot_site_names):
+            spec.add_sensor(name=f"foot{i}_pos", type=s.mjSENS_FRAMEPOS, objtype=site, objname=foot_site)
+            spec.add_sensor(name=f"foot{i}_lin_vel", type=s.mjSENS_FRAMELINVEL, objtype=site, objname=foot_site)
+            for j, g in enumerate(self.contact_geoms[i]):  # geom-geom matching, "found" only: what MJX computes
+                spec.add_sensor(name=f"foot{i}_contact{j}", type=s.mjSENS_CONTACT, objtype=geom, objname=g,
+                                reftype=geom, refname=self.robot.floor_geom, intprm=[1, 0, 1])
         return spec
 
     def bind(self, model: mujoco.MjModel, num_envs: int, device: torch.device) -> None:
@@ -157,29 +170,35 @@ class HumanoidWalkTask(Task):
         jids = model.actuator_trnid[:, 0]
         self.qpos_idx = torch.as_tensor(model.jnt_qposadr[jids], device=device)
         self.qvel_idx = torch.as_tensor(model.jnt_dofadr[jids], device=device)
-        kid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, "home")
-        self.home_qpos = torch.as_tensor(model.key_qpos[kid], dtype=torch.float32, device=device)
+        self.base_qpos_adr, self.base_dof_adr = self.robot.base_dofs(model)
+        self.home_qpos = torch.as_tensor(self.robot.default_qpos(model), dtype=torch.float32, device=device)
         self.default_q = self.home_qpos[self.qpos_idx]
+        self.action_scale = torch.as_tensor(self.robot.joint_action_scale(self.joint_names), dtype=torch.float32,
+                                            device=device)
         rng = torch.as_tensor(model.jnt_range[jids], dtype=torch.float32, device=device)
         mid, half = rng.mean(dim=1), 0.5 * (rng[:, 1] - rng[:, 0])
         self.q_low, self.q_high = rng[:, 0], rng[:, 1]
         self.soft_low = mid - self.cfg.soft_limit_factor * half
         self.soft_high = mid + self.cfg.soft_limit_factor * half
         cr = torch.as_tensor(model.actuator_ctrlrange, dtype=torch.float32, device=device)
-        self.ctrl_low, self.ctrl_high = cr[:, 0], cr[:, 1]
+        limited = torch.as_tensor(model.actuator_ctrllimited, dtype=torch.bool, device=device)
+        self.ctrl_low = torch.where(limited, cr[:, 0], torch.full_like(cr[:, 0], -torch.inf))
+        self.ctrl_high = torch.where(limited, cr[:, 1], torch.full_like(cr[:, 1], torch.inf))
         self.control_dt = float(model.opt.timestep) * self.decimation
         self.resample_steps = max(1, round(self.cfg.command_resample_s / self.control_dt))
+        self.push_steps = [max(1, round(t / self.control_dt)) for t in self.cfg.push_interval_s]
         n, a = num_envs, self.action_dim
         self.command = torch.zeros(n, 3, device=device)
         self.command_timer = torch.zeros(n, dtype=torch.long, device=device)
+        self.push_timer = torch.zeros(n, dtype=torch.long, device=device)
         self.last_action = torch.zeros(n, a, device=device)
         self.prev_action = torch.zeros(n, a, device=device)
-        self.air_time = torch.zeros(n, len(FEET), device=device)
+        self.air_time = torch.zeros(n, self.num_feet, device=device)
         self.cmd_low = torch.tensor([self.cfg.lin_vel_x_range[0], self.cfg.lin_vel_y_range[0],
                                      self.cfg.ang_vel_z_range[0]], device=device)
         self.cmd_high = torch.tensor([self.cfg.lin_vel_x_range[1], self.cfg.lin_vel_y_range[1],
                                       self.cfg.ang_vel_z_range[1]], device=device)
-        # Command and observation noise draws come from a generator on the env's device, re-seeded from the
+        # Command, push and observation noise draws come from a generator on the env's device, re-seeded from the
         # env's generator at every reset: same seed, same noise, on every backend.
         self.rng = torch.Generator(device=device)
         self.rng.manual_seed(0)
@@ -191,7 +210,8 @@ class HumanoidWalkTask(Task):
                                         device=device)
 
     def obs_spec(self) -> ObsSpec:
-        return ObsSpec({keys.POLICY: (66,), keys.CRITIC: (69,)})
+        policy = 9 + 3 * self.action_dim + 3  # base lin/ang velocity, gravity, q, qd, last action, command
+        return ObsSpec({keys.POLICY: (policy,), keys.CRITIC: (policy + 1 + self.num_feet,)})
 
     # ------------------------------------------------------------------------------------------ resets
     def reset(self, state: SimState, env_ids: torch.Tensor, gen: torch.Generator) -> None:
@@ -202,7 +222,8 @@ class HumanoidWalkTask(Task):
         q = torch.maximum(torch.minimum(q, self.q_high), self.q_low)
         yaw = (u[:, -1] * 2 - 1) * self.cfg.init_yaw_range
         qpos = self.home_qpos.expand(n, -1).clone()
-        qpos[:, 3], qpos[:, 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)  # heading about +z (w, x, y, z)
+        b = self.base_qpos_adr
+        qpos[:, b + 3], qpos[:, b + 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)  # heading about +z (w, x, y, z)
         qpos[:, self.qpos_idx] = q
         state.qpos[env_ids] = qpos.to(state.qpos.dtype)
         state.qvel[env_ids] = 0.0
@@ -210,6 +231,7 @@ class HumanoidWalkTask(Task):
         self._resample_commands(env_ids)
         # Staggered first resampling, so that the envs' command changes spread over time.
         self.command_timer[env_ids] = torch.randint(1, self.resample_steps + 1, (n,), generator=self.rng, device=dev)
+        self.push_timer[env_ids] = self._push_interval(n)
         self.last_action[env_ids] = 0.0
         self.prev_action[env_ids] = 0.0
         self.air_time[env_ids] = 0.0
@@ -220,9 +242,14 @@ class HumanoidWalkTask(Task):
         cmd = self.cmd_low + u[:, :3] * (self.cmd_high - self.cmd_low)
         self.command[env_ids] = torch.where(u[:, 3:] < self.cfg.standing_fraction, torch.zeros_like(cmd), cmd)
 
+    def _push_interval(self, n: int) -> torch.Tensor:
+        lo, hi = self.push_steps
+        return torch.randint(lo, hi + 1, (n,), generator=self.rng, device=self.device)
+
     # ------------------------------------------------------------------------------------------ actions
     def action_to_ctrl(self, state: SimState, action: torch.Tensor) -> torch.Tensor:
-        """Joint targets around the default pose. Also advances the command timers (once per control step)."""
+        """Joint targets around the default pose. Also advances the command and push timers (once per control
+        step) and applies the pushes that are due, to the base velocity the coming physics steps start from."""
         self.prev_action.copy_(self.last_action)
         self.last_action.copy_(action)
         self.command_timer -= 1
@@ -232,7 +259,14 @@ class HumanoidWalkTask(Task):
         self._resample_commands(torch.arange(state.num_envs, device=self.device))
         self.command.copy_(torch.where(due[:, None], self.command, old))
         self.command_timer.masked_fill_(due, self.resample_steps)
-        target = self.default_q + self.cfg.action_scale * action
+        if self.cfg.push_velocity > 0:
+            self.push_timer -= 1
+            push = self.push_timer <= 0
+            dv = (torch.rand(state.num_envs, 2, generator=self.rng, device=self.device) * 2 - 1) * self.cfg.push_velocity
+            v = state.qvel[:, self.base_dof_adr:self.base_dof_adr + 2]  # a free joint's linear velocity: world frame
+            v.add_((dv * push[:, None]).to(v.dtype))
+            self.push_timer.copy_(torch.where(push, self._push_interval(state.num_envs), self.push_timer))
+        target = self.default_q + self.action_scale * action
         target = torch.maximum(torch.minimum(target, self.ctrl_high), self.ctrl_low)
         return target.to(state.ctrl.dtype)
 
@@ -245,8 +279,8 @@ class HumanoidWalkTask(Task):
 
     def _contact(self, state: SimState) -> torch.Tensor:
         """[N, feet] 1.0 where the foot touches the floor."""
-        return torch.cat([sum(state.sensor(f"{f}_{sole}_contact")[:, :1] for sole in SOLES) > 0 for f in FEET],
-                         dim=1).float()
+        return torch.cat([sum(state.sensor(f"foot{i}_contact{j}")[:, :1] for j in range(len(geoms))) > 0
+                          for i, geoms in enumerate(self.contact_geoms)], dim=1).float()
 
     def observations(self, state: SimState) -> Obs:
         lin_vel, ang_vel, gravity = self._base(state)
@@ -270,7 +304,7 @@ class HumanoidWalkTask(Task):
         first_contact = contact * (self.air_time > 0)
         air = feet_air_time(self.air_time, first_contact, self.command, self.cfg.air_time_threshold)
         self.air_time.add_(self.control_dt).mul_(1.0 - contact)
-        foot_vel = torch.stack([state.sensor(f"{f}_lin_vel")[:, :2].float() for f in FEET], dim=1)
+        foot_vel = torch.stack([state.sensor(f"foot{i}_lin_vel")[:, :2].float() for i in range(self.num_feet)], dim=1)
         fallen = self._fallen(state, gravity)
         return {
             "track_lin_vel_xy_exp": track_lin_vel_xy_exp(self.command, lin_vel, self.cfg.lin_vel_std),
@@ -288,7 +322,7 @@ class HumanoidWalkTask(Task):
         }
 
     def _fallen(self, state: SimState, gravity_b: torch.Tensor) -> torch.Tensor:
-        low = state.sensor("base_pos")[:, 2] < self.cfg.fall_height
+        low = state.sensor("base_pos")[:, 2] < self.robot.fall_height
         tilted = gravity_b[:, 2] > -math.cos(self.cfg.fall_tilt)
         return low | tilted
 
@@ -299,5 +333,5 @@ class HumanoidWalkTask(Task):
         return torch.zeros(state.num_envs, dtype=torch.bool, device=state.qpos.device)
 
     def task_state_dict(self) -> dict[str, torch.Tensor]:
-        return {"command": self.command, "command_timer": self.command_timer, "last_action": self.last_action,
-                "prev_action": self.prev_action, "air_time": self.air_time}
+        return {"command": self.command, "command_timer": self.command_timer, "push_timer": self.push_timer,
+                "last_action": self.last_action, "prev_action": self.prev_action, "air_time": self.air_time}

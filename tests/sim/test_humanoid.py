@@ -115,7 +115,7 @@ def test_sensors_and_model():
     m = hw.HumanoidWalkTask(hw.HumanoidWalkConfig()).build_spec().compile()
     assert m.nu == 18 and m.nq == 25 and m.opt.solver == mujoco.mjtSolver.mjSOL_NEWTON
     names = {m.sensor(i).name for i in range(m.nsensor)}
-    assert {"base_pos", "base_quat", "base_lin_vel", "base_ang_vel", "left_foot_in_contact"} <= names
+    assert {"base_pos", "base_quat", "base_lin_vel", "base_ang_vel", "foot0_contact0", "foot1_contact1"} <= names
     # only soles touch the floor: every colliding geom pair involves the floor and a sole capsule
     floor = m.geom("floor").id
     colliders = [g for g in range(m.ngeom) if m.geom_contype[g] or m.geom_conaffinity[g]]
