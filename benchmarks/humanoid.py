@@ -1,6 +1,6 @@
-"""PPO learns humanoid_walk on the CPU default: velocity-tracking reward vs wall-clock, then a walking test.
+"""PPO (or FlashSAC) learns humanoid_walk on the CPU default: tracking reward vs wall-clock, then a walking test.
 
-Training is the CLI's own ``train()`` (configs/algo/ppo.yaml, nothing tuned here but what is listed below) on
+Training is the CLI's own ``train()`` (configs/algo/<algo>.yaml, nothing tuned here but what is listed below) on
 ``humanoid_walk`` with forward commands only (vx drawn from [0.5, 1.0] m/s, vy = yaw rate = 0), the setting of the
 issue's walking test. Afterwards the final policy (deterministic, with the task's observation noise on) is given a
 constant 0.75 m/s command in seeded fresh episodes of 10 s: it should walk forward at 0.5-1.0 m/s without falling.
@@ -8,8 +8,10 @@ Forward speed is the pelvis velocity along its own heading (the critic's clean b
 
     python benchmarks/humanoid.py                 # 60 min of training on the CPU default (sim.num_threads 2)
     python benchmarks/humanoid.py --minutes 3     # a smoke run (it will not walk)
+    python benchmarks/humanoid.py --algo flashsac # FlashSAC (configs/algo/flashsac.yaml, 16 envs)
 
-Writes benchmarks/results/humanoid.{json,png} and humanoid.mp4 (the "track" camera) next to them.
+Writes benchmarks/results/humanoid.{json,png} and humanoid.mp4 (the "track" camera) next to them; with
+``--algo flashsac`` humanoid_flashsac.{json,png,mp4}.
 """
 
 from __future__ import annotations
@@ -39,12 +41,18 @@ FORWARD = ["task.lin_vel_x_range=[0.5,1.0]", "task.lin_vel_y_range=[0.0,0.0]", "
 EVAL_SPEED, EVAL_SECONDS, EVAL_ENVS = 0.75, 10.0, 32
 
 
-def train_policy(minutes: float, num_envs: int, seed: int, run_dir: Path) -> None:
+ALGO_OVERRIDES = {"ppo": ["checkpoint.every=200"],
+                  # the replay buffer stays out of checkpoints (exact resume is not needed here; it is ~1 GB)
+                  "flashsac": ["checkpoint.every=2000", "algo.save_replay=false"]}
+
+
+def train_policy(algo: str, minutes: float, num_envs: int | None, seed: int, run_dir: Path) -> None:
     from robot_rl.cli.main import _compose, train
 
-    cfg = _compose("train", [f"task={TASK}", "algo=ppo", f"seed={seed}", f"sim.num_envs={num_envs}",
+    envs = [f"sim.num_envs={num_envs}"] if num_envs else []
+    cfg = _compose("train", [f"task={TASK}", f"algo={algo}", f"seed={seed}", *envs,
                              "total_steps=null", f"max_minutes={minutes}", "eval.enabled=false",
-                             "logger.progress=true", "logger.tensorboard=true", "checkpoint.every=200",
+                             "logger.progress=true", "logger.tensorboard=true", *ALGO_OVERRIDES[algo],
                              f"run_dir={run_dir}", *FORWARD])
     train(cfg)
 
@@ -106,14 +114,17 @@ def walking_test(policy_dir: Path, seed: int, video: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="training wall-clock budget")
-    parser.add_argument("--num-envs", type=int, default=256)
+    parser.add_argument("--algo", choices=sorted(ALGO_OVERRIDES), default="ppo")
+    parser.add_argument("--num-envs", type=int, default=None, help="default: 256 for PPO, the algo config's else")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run-dir", type=Path, default=None, help="keep the run folder here (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="humanoid_ppo_"))
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix=f"humanoid_{args.algo}_"))
+    num_envs = args.num_envs or (256 if args.algo == "ppo" else None)
+    name = "humanoid" if args.algo == "ppo" else f"humanoid_{args.algo}"
 
-    train_policy(args.minutes, args.num_envs, args.seed, run_dir)
+    train_policy(args.algo, args.minutes, num_envs, args.seed, run_dir)
     from robot_rl.logging import read_curve
 
     curve = read_curve(run_dir)
@@ -122,7 +133,7 @@ def main() -> None:
     from robot_rl.checkpoint import load_checkpoint
 
     policy_dir = load_checkpoint(run_dir).policy_dir
-    walk = walking_test(policy_dir, args.seed + 1000, args.out / "humanoid.mp4")
+    walk = walking_test(policy_dir, args.seed + 1000, args.out / f"{name}.mp4")
 
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(12, 4))
     wall = {p["env_steps"]: p["wall_s"] / 60 for p in curve}
@@ -134,7 +145,7 @@ def main() -> None:
         a0b.plot([wall.get(s, float("nan")) for s, _ in tracking["length"]], [v / 50 for _, v in tracking["length"]],
                  color="tab:green", alpha=0.6, label="episode length (s)")
         a0b.set_ylabel("episode length (s)")
-    a0.set(xlabel="wall-clock (min)", ylabel="track_lin_vel_xy_exp", title=f"PPO on {TASK}, forward commands")
+    a0.set(xlabel="wall-clock (min)", ylabel="track_lin_vel_xy_exp", title=f"{args.algo} on {TASK}, forward commands")
     a0.grid(alpha=0.3)
     a0.legend(loc="upper left")
     t = [i * 5 / 50 for i in range(len(walk["mean_speed_trace"]))]
@@ -145,22 +156,25 @@ def main() -> None:
     a1.legend()
     a1.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(args.out / "humanoid.png", dpi=100)
+    fig.savefig(args.out / f"{name}.png", dpi=100)
 
     last = curve[-1] if curve else {}
-    data = {"task": TASK, "algo": "ppo", "train_overrides": FORWARD, "num_envs": args.num_envs,
+    from omegaconf import OmegaConf
+
+    data = {"task": TASK, "algo": args.algo, "train_overrides": FORWARD + ALGO_OVERRIDES[args.algo],
+            "num_envs": OmegaConf.load(run_dir / "config.yaml").sim.num_envs,
             "budget_min": args.minutes, "trained_env_steps": last.get("env_steps"),
             "trained_wall_s": last.get("wall_s"),
             "track_lin_vel_first_last": ([tracking["track_lin_vel"][0][1], tracking["track_lin_vel"][-1][1]]
                                          if tracking.get("track_lin_vel") else None),
-            "walking_test": walk, "video": "humanoid.mp4",
+            "walking_test": walk, "video": f"{name}.mp4",
             "curve": {k: v[:: max(1, len(v) // 200)] for k, v in tracking.items()}}
     speed = walk["mean_forward_speed"] if walk["mean_forward_speed"] is not None else 0.0
     goals = [goal("humanoid_walk_fall_rate_10s", walk["fall_rate"], 0.05, "<="),
              goal("humanoid_walk_forward_speed_min_m_s", speed, 0.5, ">="),
              goal("humanoid_walk_forward_speed_max_m_s", speed, 1.0, "<="),
              goal("humanoid_walk_training_minutes", (last.get("wall_s") or 0.0) / 60, 60.0, "<=")]
-    path = write_result("humanoid", data, goals, args.out)
+    path = write_result(name, data, goals, args.out)
     print(f"fall rate {walk['fall_rate']:.2f}, forward speed {walk['mean_forward_speed']}; wrote {path}")
     if args.run_dir is None:
         shutil.rmtree(run_dir, ignore_errors=True)
