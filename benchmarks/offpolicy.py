@@ -206,23 +206,31 @@ def _time_to(curve: Curve, target: float) -> float | None:
 
 
 def _merge(path: Path, part1: dict, part2: dict, budgets: dict[str, float]) -> None:
-    """Fold the tasks of an earlier run's JSON that this run did not redo into this run's results (``--merge``).
-
-    Parts of the benchmark take hours on 2 cores; they can run as separate processes (one per core) and meet here.
-    """
+    """Fold an earlier run's results (the JSON at ``path``) into this run's: seeds this run did not redo are added
+    (``--merge``). Parts of the benchmark take hours on 2 cores; they can run as separate processes, one per core,
+    and meet here. A task's runs must share one budget."""
     import json
 
     if not path.exists():
         return
     old = json.loads(path.read_text())
     for task, methods in old.get("curves", {}).items():
-        if task not in part1:
-            part1[task] = {m: {int(s): [tuple(p) for p in c] for s, c in r.items()} for m, r in methods.items()}
-            budgets[task] = old.get("budget_s", {}).get(task, old.get("budget_s_per_method"))
+        budget = old["budget_s"][task]
+        if task in part1 and budgets[task] != budget:
+            raise ValueError(f"--merge: {task} ran with {budgets[task]} s here and {budget} s in {path}")
+        budgets[task] = budget
+        for m, runs in methods.items():
+            for seed, curve in runs.items():
+                part1.setdefault(task, {}).setdefault(m, {}).setdefault(int(seed), [tuple(p) for p in curve])
     for env_id, rec in old.get("gym", {}).items():
-        if env_id not in part2:
-            part2[env_id] = {m: {int(s): v for s, v in r.items()} for m, r in rec["returns"].items()}
-            budgets[env_id] = rec["env_steps"]
+        if env_id in part2 and budgets[env_id] != rec["env_steps"]:
+            raise ValueError(f"--merge: {env_id} ran {budgets[env_id]} steps here and {rec['env_steps']} in {path}")
+        budgets[env_id] = rec["env_steps"]
+        for m, runs in rec["returns"].items():
+            for seed, v in runs.items():
+                part2.setdefault(env_id, {}).setdefault(m, {}).setdefault(int(seed), v)
+    for task, methods in list(part1.items()):  # seeds in order
+        part1[task] = {m: dict(sorted(r.items())) for m, r in methods.items()}
 
 
 def main() -> None:
@@ -235,7 +243,7 @@ def main() -> None:
     parser.add_argument("--gym-envs", nargs="*", default=None, help="part 2 gymnasium ids (none: skip part 2)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--merge", action="store_true",
-                        help="keep the tasks of the existing JSON in --out that this run does not redo")
+                        help="add the runs (task, method, seed) of the existing JSON in --out that this run did not do")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.quick:
