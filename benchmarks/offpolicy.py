@@ -87,7 +87,7 @@ def _ours(task: str, algo: str, seed: int, budget_s: float, eval_every: float) -
 
         runner = OnPolicyRunner(env, built, OnPolicyRunnerConfig(num_steps=extra, total_steps=None, max_minutes=1e9,
                                                                  seed=seed), logger, CheckpointManager(tmp / "c"), {})
-        step = runner._iteration  # the runner's loop body, without its checkpoint writes
+        step = runner.run_iteration  # the runner's loop body, without its checkpoint writes
     obs, _ = env.reset(seed=seed)
     runner.obs = to_device(obs, device)
     ev, curve, next_eval = _eval_env(task), [], 0.0
@@ -333,7 +333,8 @@ def main() -> None:
             "eval": f"{EVAL_EPISODES} deterministic episodes, reset seed {EVAL_SEED}; clock paused while evaluating",
             "torch_threads": 1, "summary": summary,
             "curves": {t: {m: {str(s): c for s, c in r.items()} for m, r in ms.items()} for t, ms in part1.items()},
-            "gym": {e: {"env_steps": budgets[e], "returns": {m: {str(s): v for s, v in r.items()} for m, r in ms.items()}}
+            "gym": {e: {"env_steps": budgets[e],
+                        "returns": {m: {str(s): v for s, v in r.items()} for m, r in ms.items()}}
                     for e, ms in part2.items()},
             "notes": [("time_to_90_s: first evaluation at >= 90% success (training seconds), null if never; in the "
                        "ratio goal a FlashSAC run that never got there counts as twice the budget, a PPO run as the "

@@ -25,16 +25,7 @@ from robot_rl.runners.off_policy import OffPolicyRunner, OffPolicyRunnerConfig
 from tests._toy_envs import PointMassEnv
 from tests._toy_reach import PointReach2D
 
-QUIET = LoggerConfig(progress=False, tensorboard=False)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny networks: one intra-op thread is much faster than two on a loaded 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+QUIET = LoggerConfig(progress=False, tensorboard=False)  # one torch thread: tests/conftest.py
 
 
 def make_algo(env, hidden=32, **cfg) -> FlashSAC:

@@ -15,16 +15,7 @@ from robot_rl.logging import LoggerConfig, RunLogger
 from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
 from tests._toy_envs import PointMassEnv
 
-QUIET = LoggerConfig(progress=False, tensorboard=False)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny networks: one intra-op thread is ~20x faster than two on a loaded 2-core machine (OpenMP spinning)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+QUIET = LoggerConfig(progress=False, tensorboard=False)  # one torch thread: tests/conftest.py
 
 
 def make_ppo(env, device="cpu", **cfg) -> PPO:

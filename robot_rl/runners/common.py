@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from robot_rl import keys
-from robot_rl.checkpoint import Checkpoint, rng_state, set_rng_state
+from robot_rl.algos.guard import NonFiniteError
+from robot_rl.checkpoint import Checkpoint, CheckpointManager, rng_state, set_rng_state
 from robot_rl.env import Obs, VecEnv
 
 
@@ -75,10 +78,70 @@ def restore_run_state(ckpt: Checkpoint, algo: Any, env: VecEnv, device: torch.de
     return to_device(state["obs"], device), state["runner"]
 
 
-def should_stop(cfg: Any, stats: EpisodeStats, env_steps: int, elapsed_s: float) -> bool:
+@dataclass
+class RunLimits:
+    """When a run stops, how often it logs and checkpoints: the fields every runner config shares."""
+
+    total_steps: int | None = 3_000_000  # stop after this many env steps (summed over envs); None: no limit
+    max_minutes: float | None = None  # stop after this much wall-clock (minutes, summed over resumes)
+    checkpoint_every: int = 50  # iterations between checkpoints (the last iteration is always saved)
+    stop_success_rate: float | None = None  # also stop once the rolling success rate reaches this (0..1)
+    success_window: int = 200  # finished episodes in the rolling return / success statistics
+    seed: int = 0  # env.reset seed of a fresh run
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_every < 1 or self.success_window < 1:
+            raise ValueError("checkpoint.every and success_window must be >= 1")
+        if self.total_steps is None and self.max_minutes is None:
+            raise ValueError("set total_steps or max_minutes (or both): the run needs a stopping rule")
+
+
+def should_stop(cfg: RunLimits, stats: EpisodeStats, env_steps: int, elapsed_s: float) -> bool:
     """The runners' stopping rule: ``cfg.total_steps`` env steps, ``cfg.max_minutes`` of training wall-clock, or a
     rolling success rate of at least ``cfg.stop_success_rate`` (each optional)."""
     success = stats.summary().get("episode/success_rate")
     return ((cfg.total_steps is not None and env_steps >= cfg.total_steps)
             or (cfg.max_minutes is not None and elapsed_s >= 60.0 * cfg.max_minutes)
             or (cfg.stop_success_rate is not None and success is not None and success >= cfg.stop_success_rate))
+
+
+class RunnerLoop:
+    """The loop every runner shares: reset, iterate until the stopping rule, checkpoint every ``checkpoint_every``
+    iterations and at the end (checkpoint time is not training time). Subclasses own one iteration and the save."""
+
+    env: VecEnv
+    cfg: RunLimits
+    stats: EpisodeStats
+    checkpoints: CheckpointManager | None
+    device: torch.device
+    obs: Obs | None
+    iteration: int
+    env_steps: int
+    elapsed_s: float
+
+    def run_iteration(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def save(self) -> Any:
+        raise NotImplementedError
+
+    def _done(self) -> bool:
+        return should_stop(self.cfg, self.stats, self.env_steps, self.elapsed_s)
+
+    def learn(self) -> dict[str, float]:
+        """Train until the stopping rule; returns the last logged scalars."""
+        if self.obs is None:
+            obs, _ = self.env.reset(seed=self.cfg.seed)
+            self.obs = to_device(obs, self.device)
+        scalars: dict[str, float] = {}
+        while not self._done():
+            try:
+                scalars = self.run_iteration()
+            except NonFiniteError as e:
+                last = self.checkpoints.latest() if self.checkpoints is not None else None
+                raise NonFiniteError(f"{e}; the last good checkpoint is {last}") from e
+            if self.checkpoints is not None and (self._done() or self.iteration % self.cfg.checkpoint_every == 0):
+                start = time.perf_counter()
+                self.save()
+                self.elapsed_s += time.perf_counter() - start
+        return scalars

@@ -10,35 +10,28 @@ import torch
 
 from robot_rl import keys
 from robot_rl.algos.flashsac import FlashSAC
-from robot_rl.algos.guard import NonFiniteError
 from robot_rl.buffers.replay import ReplayBuffer
 from robot_rl.checkpoint import Checkpoint, CheckpointManager
 from robot_rl.env import VecEnv, episode_mask
 from robot_rl.logging import RunLogger
-from robot_rl.runners.common import EpisodeStats, restore_run_state, run_state, should_stop, to_device
+from robot_rl.runners.common import EpisodeStats, RunLimits, RunnerLoop, restore_run_state, run_state, to_device
 
 
 @dataclass
-class OffPolicyRunnerConfig:
-    """How long to train and how often to log and checkpoint."""
+class OffPolicyRunnerConfig(RunLimits):
+    """How long to train and how often to log and checkpoint (``RunLimits``), and the iteration length."""
 
+    total_steps: int | None = 500_000
     steps_per_iteration: int = 16  # vector env steps between log points (the unit of checkpoint_every)
-    total_steps: int | None = 500_000  # stop after this many env steps (summed over envs); None: no limit
-    max_minutes: float | None = None  # stop after this much wall-clock (minutes, summed over resumes)
-    checkpoint_every: int = 50  # iterations between checkpoints (the last iteration is always saved)
-    stop_success_rate: float | None = None  # also stop once the rolling success rate reaches this (0..1)
-    success_window: int = 200  # finished episodes in the rolling return / success statistics
-    seed: int = 0  # env.reset seed of a fresh run
     save_replay: bool = True  # the replay buffer goes into checkpoints (exact resume needs it)
 
     def __post_init__(self) -> None:
-        if self.steps_per_iteration < 1 or self.checkpoint_every < 1 or self.success_window < 1:
-            raise ValueError("steps_per_iteration, checkpoint.every and success_window must be >= 1")
-        if self.total_steps is None and self.max_minutes is None:
-            raise ValueError("set total_steps or max_minutes (or both): the run needs a stopping rule")
+        if self.steps_per_iteration < 1:
+            raise ValueError("steps_per_iteration must be >= 1")
+        super().__post_init__()
 
 
-class OffPolicyRunner:
+class OffPolicyRunner(RunnerLoop):
     """Owns the loop and the replay buffer; the algorithm samples from it and never sees the env.
 
     Args:
@@ -71,27 +64,6 @@ class OffPolicyRunner:
         self.stats.load_state_dict(runner["stats"])
         if "replay" in runner:
             self.replay.load_state_dict(runner["replay"])
-
-    def _done(self) -> bool:
-        return should_stop(self.cfg, self.stats, self.env_steps, self.elapsed_s)
-
-    def learn(self) -> dict[str, float]:
-        """Train until the stopping rule; returns the last logged scalars."""
-        if self.obs is None:
-            obs, _ = self.env.reset(seed=self.cfg.seed)
-            self.obs = to_device(obs, self.device)
-        scalars: dict[str, float] = {}
-        while not self._done():
-            try:
-                scalars = self.run_iteration()
-            except NonFiniteError as e:
-                last = self.checkpoints.latest() if self.checkpoints is not None else None
-                raise NonFiniteError(f"{e}; the last good checkpoint is {last}") from e
-            if self.checkpoints is not None and (self._done() or self.iteration % self.cfg.checkpoint_every == 0):
-                start = time.perf_counter()
-                self.save()
-                self.elapsed_s += time.perf_counter() - start
-        return scalars
 
     def run_iteration(self) -> dict[str, float]:
         """``steps_per_iteration`` vector steps, each followed by its share of gradient updates; then log."""

@@ -9,35 +9,27 @@ from typing import Any
 import torch
 
 from robot_rl import keys
-from robot_rl.algos.guard import NonFiniteError
 from robot_rl.algos.ppo import PPO
 from robot_rl.buffers.rollout import RolloutBuffer
 from robot_rl.checkpoint import Checkpoint, CheckpointManager
 from robot_rl.env import VecEnv, episode_mask
 from robot_rl.logging import RunLogger
-from robot_rl.runners.common import EpisodeStats, restore_run_state, run_state, should_stop, to_device
+from robot_rl.runners.common import EpisodeStats, RunLimits, RunnerLoop, restore_run_state, run_state, to_device
 
 
 @dataclass
-class OnPolicyRunnerConfig:
-    """How long to train and how often to log and checkpoint."""
+class OnPolicyRunnerConfig(RunLimits):
+    """How long to train and how often to log and checkpoint (``RunLimits``), and the rollout length."""
 
     num_steps: int = 24  # T, env steps per env per rollout
-    total_steps: int | None = 3_000_000  # stop after this many env steps (summed over envs); None: no limit
-    max_minutes: float | None = None  # stop after this much wall-clock (minutes, summed over resumes)
-    checkpoint_every: int = 50  # iterations between checkpoints (the last iteration is always saved)
-    stop_success_rate: float | None = None  # also stop once the rolling success rate reaches this (0..1)
-    success_window: int = 200  # finished episodes in the rolling return / success statistics
-    seed: int = 0  # env.reset seed of a fresh run
 
     def __post_init__(self) -> None:
-        if self.num_steps < 1 or self.checkpoint_every < 1 or self.success_window < 1:
-            raise ValueError("num_steps, checkpoint.every and success_window must be >= 1")
-        if self.total_steps is None and self.max_minutes is None:
-            raise ValueError("set total_steps or max_minutes (or both): the run needs a stopping rule")
+        if self.num_steps < 1:
+            raise ValueError("num_steps must be >= 1")
+        super().__post_init__()
 
 
-class OnPolicyRunner:
+class OnPolicyRunner(RunnerLoop):
     """Owns the loop; the algorithm never sees the env, the env never sees the algorithm.
 
     Args:
@@ -67,27 +59,7 @@ class OnPolicyRunner:
         self.iteration, self.env_steps, self.elapsed_s = runner["iteration"], runner["env_steps"], runner["elapsed_s"]
         self.stats.load_state_dict(runner["stats"])
 
-    def _done(self) -> bool:
-        return should_stop(self.cfg, self.stats, self.env_steps, self.elapsed_s)
-
-    def learn(self) -> dict[str, float]:
-        """Train until the stopping rule; returns the last logged scalars."""
-        if self.obs is None:
-            obs, _ = self.env.reset(seed=self.cfg.seed)
-            self.obs = to_device(obs, self.device)
-        scalars: dict[str, float] = {}
-        while not self._done():
-            try:
-                scalars = self._iteration()
-            except NonFiniteError as e:
-                raise NonFiniteError(f"{e}; the last good checkpoint is {self.checkpoints.latest()}") from e
-            if self._done() or self.iteration % self.cfg.checkpoint_every == 0:
-                start = time.perf_counter()
-                self.save()
-                self.elapsed_s += time.perf_counter() - start
-        return scalars
-
-    def _iteration(self) -> dict[str, float]:
+    def run_iteration(self) -> dict[str, float]:
         start = time.perf_counter()
         env, algo, buf, obs = self.env, self.algo, self.buffer, self.obs
         algo.train_mode()
