@@ -244,6 +244,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--merge", action="store_true",
                         help="add the runs (task, method, seed) of the existing JSON in --out that this run did not do")
+    parser.add_argument("--merge-from", type=Path, nargs="*", default=[],
+                        help="more offpolicy.json files to add runs from (e.g. parts run in other processes)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.quick:
@@ -275,8 +277,8 @@ def main() -> None:
                 part2[env_id][name][seed] = fn(env_id, seed, gym_steps)
                 print(f"  {name:8s} {env_id} seed {seed}: return {part2[env_id][name][seed]:.1f} after {gym_steps} "
                       f"steps ({time.perf_counter() - start:.0f} s)", flush=True)
-    if args.merge:
-        _merge(args.out / "offpolicy.json", part1, part2, budgets)
+    for path in ([args.out / "offpolicy.json"] if args.merge else []) + args.merge_from:
+        _merge(path, part1, part2, budgets)
 
     # ------------------------------------------------------------------------------------------ summary
     goals, summary = [], {}
