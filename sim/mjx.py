@@ -41,7 +41,7 @@ from mujoco.mjx._src import forward as _mjx_forward  # implicit(): MJX's implici
 from sim.core import BatchedParamsPhysics, SimState
 from sim.host_render import HostRenderer
 from sim.mjx_compat import make_mjx_compatible
-from sim.randomization import BatchedModelParams, RandomizationConfig
+from sim.randomization import BatchedModelParams, ModelRandomizer, RandomizationConfig
 
 _VIEWED = ("qpos", "qvel", "ctrl", "mocap_pos", "mocap_quat", "sensordata")
 
@@ -133,7 +133,8 @@ class MjxPhysics(BatchedParamsPhysics):
         if randomization is not None and randomization.physics_enabled:
             dtype = _TORCH_DTYPE[str(self.mx.body_mass.dtype)]
             self._params = BatchedModelParams(model, randomization, num_envs, _torch_device(self.jax_device), dtype)
-            self._batched = tuple(f for f, t in self._params.tensors.items() if t.numel())
+            self._batched = tuple(f for f, t in self._params.tensors.items()
+                                  if t.numel() and f not in ModelRandomizer.RENDER_ONLY)
             self._bind_params()
         self._host_render = HostRenderer(model, self._params)
         d = mujoco.MjData(model)

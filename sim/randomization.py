@@ -7,6 +7,11 @@ backend keeps one ``MjModel`` per randomized env (``mujoco.rollout`` takes a mod
 (``ModelRandomizer.sample``), so one seed gives the same parameters on every backend.
 
     sim.randomization.friction=[0.7,1.3] sim.randomization.action_latency=[0,2] sim.randomization.obs_noise=0.01
+    sim.randomization.camera_pos_jitter=0.01 sim.randomization.light_scale=[0.5,1] sim.randomization.color_scale=[0.6,1]
+
+Colours (``color_scale``: geom and material RGB, so textures are tinted) only reach the renderer: every backend
+renders on MuJoCo's CPU renderer from a per-env model, so they work on all of them; the device backends keep
+those two fields out of their physics model.
 """
 
 from __future__ import annotations
@@ -36,10 +41,13 @@ class RandomizationConfig:
     obs_noise: float = 0.0  # std of Gaussian noise added to the ``policy`` observation group (critic stays clean)
     camera_pos_jitter: float = 0.0  # m, uniform offset in [-x, x] per axis of every camera's position
     light_scale: list[float] = field(default_factory=_one)  # scale of every light's diffuse colour
+    # scale of each geom's and each material's R, G and B, drawn per channel (materials carry the textures, so
+    # textured surfaces are tinted): what a renderer sees, never the physics
+    color_scale: list[float] = field(default_factory=_one)
 
     def __post_init__(self) -> None:
         for name in ("friction", "mass", "joint_damping", "armature", "actuator_gain", "light_scale",
-                     "action_latency"):
+                     "color_scale", "action_latency"):
             lo_hi = getattr(self, name)
             if len(lo_hi) != 2 or lo_hi[0] > lo_hi[1] or lo_hi[0] < 0:
                 raise ValueError(f"randomization.{name} must be [low, high] with 0 <= low <= high, got {lo_hi}")
@@ -50,7 +58,8 @@ class RandomizationConfig:
     @property
     def physics_enabled(self) -> bool:
         """True when any per-env model parameter is randomized."""
-        ranges = (self.friction, self.mass, self.joint_damping, self.armature, self.actuator_gain, self.light_scale)
+        ranges = (self.friction, self.mass, self.joint_damping, self.armature, self.actuator_gain, self.light_scale,
+                  self.color_scale)
         return any(lo != 1.0 or hi != 1.0 for lo, hi in ranges) or self.com_offset > 0 or self.camera_pos_jitter > 0
 
     @property
@@ -67,7 +76,8 @@ class ModelRandomizer:
     """
 
     FIELDS = ("geom_friction", "body_mass", "body_inertia", "body_ipos", "dof_damping", "dof_armature",
-              "actuator_gainprm", "actuator_biasprm", "cam_pos", "light_diffuse")
+              "actuator_gainprm", "actuator_biasprm", "cam_pos", "light_diffuse", "geom_rgba", "mat_rgba")
+    RENDER_ONLY = ("geom_rgba", "mat_rgba")  # only the renderer reads these: device backends keep them on the host
 
     def __init__(self, nominal: mujoco.MjModel, cfg: RandomizationConfig) -> None:
         self.cfg = cfg
@@ -108,6 +118,9 @@ class ModelRandomizer:
         if cfg.camera_pos_jitter > 0 and ncam:
             out["cam_pos"] += u([-cfg.camera_pos_jitter, cfg.camera_pos_jitter], num, ncam, 3)
         out["light_diffuse"] = np.clip(out["light_diffuse"] * u(cfg.light_scale, num)[:, None, None], 0.0, 1.0)
+        for f in self.RENDER_ONLY:
+            if list(cfg.color_scale) != [1.0, 1.0] and len(nom[f]):
+                out[f][:, :, :3] = np.clip(out[f][:, :, :3] * u(cfg.color_scale, num, len(nom[f]), 3), 0.0, 1.0)
         return out
 
 

@@ -36,7 +36,7 @@ import warp as wp
 from robot_rl.env import nonfinite_rows
 from sim.core import BatchedParamsPhysics, SimState
 from sim.host_render import HostRenderer
-from sim.randomization import BatchedModelParams, RandomizationConfig
+from sim.randomization import BatchedModelParams, ModelRandomizer, RandomizationConfig
 
 _VIEWED = ("qpos", "qvel", "ctrl", "mocap_pos", "mocap_quat", "sensordata")
 _MIN_GRAPH_DRIVER = (12, 4)  # mujoco_warp's solver uses conditional graph nodes (``opt.graph_conditional``)
@@ -108,7 +108,7 @@ class WarpPhysics(BatchedParamsPhysics):
         if randomization is not None and randomization.physics_enabled:
             self._params = BatchedModelParams(model, randomization, num_envs, self.torch_device, torch.float32)
             for f, t in self._params.tensors.items():
-                if t.numel():  # the model array becomes a view of the [N, ...] tensor
+                if t.numel() and f not in ModelRandomizer.RENDER_ONLY:  # the model array: a view of the tensor
                     setattr(self.m, f, wp.from_torch(t, dtype=getattr(self.m, f).dtype))
         self.state = SimState(model, *(wp.to_torch(getattr(self.d, k)) for k in _VIEWED))
         self._host_render = HostRenderer(model, self._params)

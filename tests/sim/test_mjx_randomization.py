@@ -24,13 +24,18 @@ from sim.registry import make_task
 
 N = 3
 DR = RandomizationConfig(friction=[0.5, 1.5], mass=[0.8, 1.2], com_offset=0.005, joint_damping=[0.5, 2.0],
-                         armature=[0.8, 1.2], actuator_gain=[0.7, 1.3], camera_pos_jitter=0.01, light_scale=[0.6, 1.0])
+                         armature=[0.8, 1.2], actuator_gain=[0.7, 1.3], camera_pos_jitter=0.01, light_scale=[0.6, 1.0],
+                         color_scale=[0.5, 1.0])
 
 
 def _model(task: str = "so101_lift"):
     model = make_task(task).build_spec().compile()
     make_mjx_compatible(model)
     return model
+
+
+# colours stay on the host (the renderer's); the jitted step reads the rest
+PHYSICS_FIELDS = [f for f in ModelRandomizer.FIELDS if f not in ModelRandomizer.RENDER_ONLY]
 
 
 def _randomized(physics, seed: int, n: int = N):
@@ -41,7 +46,7 @@ def _randomized(physics, seed: int, n: int = N):
 def _mjx_params(physics: MjxPhysics) -> dict[str, np.ndarray]:
     """The values the jitted step really reads: the batched fields of ``physics.mx`` (copied: on the CPU
     ``np.asarray`` of a JAX array views its buffer, which the next redraw overwrites in place)."""
-    return {f: np.array(getattr(physics.mx, f), copy=True) for f in ModelRandomizer.FIELDS}
+    return {f: np.array(getattr(physics.mx, f), copy=True) for f in PHYSICS_FIELDS}
 
 
 def test_mjx_parameters_are_batched_per_env_and_follow_the_seed():
@@ -67,7 +72,7 @@ def test_mjx_and_cpu_backends_draw_the_same_parameters_for_a_seed():
     gpu = _randomized(MjxPhysics(_model(), N, "cpu", DR), seed=5)
     batched = _mjx_params(gpu)
     for i, m in enumerate(cpu._models):
-        for f in ModelRandomizer.FIELDS:  # MJX holds float32, MuJoCo float64
+        for f in PHYSICS_FIELDS:  # MJX holds float32, MuJoCo float64
             np.testing.assert_allclose(batched[f][i], getattr(m, f), rtol=1e-6, atol=1e-7, err_msg=f"env {i} {f}")
 
 

@@ -97,6 +97,24 @@ def test_randomized_cameras_render_differently():
     assert f.shape == (2, 3, 48, 48) and (f[0] - f[1]).abs().mean() > 1.0
 
 
+def test_colors_are_randomized_for_the_renderer_only():
+    tinted, again, plain = (_env(seed=3, n=2, color_scale=[0.2, 1.0]), _env(seed=3, n=2, color_scale=[0.2, 1.0]),
+                            _env(seed=3, n=2))
+    for e in (tinted, again, plain):
+        e.reset(seed=3)
+    m0, m1 = tinted.physics._models
+    nominal = plain.physics.model
+    ratio = m0.mat_rgba[:, :3] / np.maximum(nominal.mat_rgba[:, :3], 1e-9)
+    lit = nominal.mat_rgba[:, :3] > 0.05
+    assert ((ratio[lit] >= 0.2 - 1e-6) & (ratio[lit] <= 1.0 + 1e-6)).all() and ratio[lit].std() > 0.05  # per channel
+    assert not np.allclose(m0.geom_rgba, m1.geom_rgba)  # per env
+    np.testing.assert_array_equal(m0.mat_rgba[:, 3], nominal.mat_rgba[:, 3])  # alpha kept
+    assert np.array_equal(m0.body_mass, nominal.body_mass)  # nothing physical moved
+    frames = [e.render(camera="front", width=48, height=48).float() for e in (tinted, again, plain)]
+    assert torch.equal(frames[0], frames[1])  # seeded
+    assert (frames[0][0] - frames[2][0]).abs().mean() > 1.0 and (frames[0][0] - frames[0][1]).abs().mean() > 1.0
+
+
 @pytest.mark.parametrize("bad", [dict(friction=[1.5, 0.5]), dict(obs_noise=-1.0), dict(action_latency=[0])])
 def test_bad_ranges_are_refused(bad):
     with pytest.raises(ValueError, match="randomization"):
