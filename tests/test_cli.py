@@ -68,11 +68,30 @@ def test_eval_command(trained_run, tmp_path, capsys):
     ("device=tpu", "device='tpu'"),
     ("sim.num_envs=0", "sim.num_envs must be >= 1"),
     ("total_steps=null", "stopping rule"),
+    ("sim.randomization.friction=[1.3,0.7]", "randomization.friction must be [low, high]"),
 ])
 def test_bad_config_is_a_clear_error(override, expected, capsys, tmp_path):
     assert main(["train", override, f"run_dir={tmp_path}", "logger.progress=false"]) == 2
     err = capsys.readouterr().err
     assert "error" in err and expected in err, err
+
+
+@pytest.mark.parametrize("sim", ["mujoco", "mjx", "warp"])
+def test_randomization_overrides_reach_the_sim_config(sim):
+    """Every field of RandomizationConfig is in the composed config, so plain ``sim.randomization.<field>=`` works."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from robot_rl.cli.main import _compose
+    from sim.randomization import RandomizationConfig
+    from sim.registry import sim_config_from_dict
+
+    cfg = _compose("train", [f"sim={sim}", "sim.randomization.friction=[0.7,1.3]",
+                             "sim.randomization.color_scale=[0.5,1.0]"])
+    assert set(cfg.sim.randomization) == {f.name for f in dataclasses.fields(RandomizationConfig)}
+    dr = sim_config_from_dict(OmegaConf.to_container(cfg.sim, resolve=True)).randomization
+    assert dr.friction == [0.7, 1.3] and dr.color_scale == [0.5, 1.0] and dr.mass == [1.0, 1.0]
 
 
 def test_resume_refuses_a_different_task(trained_run, capsys):

@@ -262,7 +262,8 @@ class HumanoidWalkTask(Task):
         if self.cfg.push_velocity > 0:
             self.push_timer -= 1
             push = self.push_timer <= 0
-            dv = (torch.rand(state.num_envs, 2, generator=self.rng, device=self.device) * 2 - 1) * self.cfg.push_velocity
+            u = torch.rand(state.num_envs, 2, generator=self.rng, device=self.device)
+            dv = (u * 2 - 1) * self.cfg.push_velocity
             v = state.qvel[:, self.base_dof_adr:self.base_dof_adr + 2]  # a free joint's linear velocity: world frame
             v.add_((dv * push[:, None]).to(v.dtype))
             self.push_timer.copy_(torch.where(push, self._push_interval(state.num_envs), self.push_timer))
