@@ -37,7 +37,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 TASK = "humanoid_walk"
 FORWARD = ["task.lin_vel_x_range=[0.5,1.0]", "task.lin_vel_y_range=[0.0,0.0]", "task.ang_vel_z_range=[0.0,0.0]",
-           "+task.standing_fraction=0.0"]
+           "task.standing_fraction=0.0"]
 EVAL_SPEED, EVAL_SECONDS, EVAL_ENVS = 0.75, 10.0, 32
 
 

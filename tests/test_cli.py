@@ -94,6 +94,18 @@ def test_randomization_overrides_reach_the_sim_config(sim):
     assert dr.friction == [0.7, 1.3] and dr.color_scale == [0.5, 1.0] and dr.mass == [1.0, 1.0]
 
 
+def test_every_task_option_is_in_its_config():
+    """Each task's yaml lists every field of its config dataclass: ``task.<field>=`` works without Hydra's '+'."""
+    import dataclasses
+
+    from robot_rl.cli.main import _compose
+    from sim.registry import _tasks
+
+    for name, (_, cfg_cls) in _tasks().items():
+        composed = set(_compose("train", [f"task={name}"]).task) - {"name"}
+        assert composed == {f.name for f in dataclasses.fields(cfg_cls)}, name
+
+
 def test_resume_refuses_a_different_task(trained_run, capsys):
     assert main(["train", "task=so101_lift", f"resume={trained_run}", "logger.progress=false"]) == 2
     err = capsys.readouterr().err
