@@ -344,7 +344,11 @@ def main() -> None:
             "notes": [("time_to_90_s: first evaluation at >= 90% success (training seconds), null if never; in the "
                        "ratio goal a FlashSAC run that never got there counts as twice the budget, a PPO run as the "
                        "budget"),
-                      "machine shared with other jobs: wall-clock numbers are noisy"]}
+                      ("methods: FlashSAC = configs/algo/flashsac.yaml (16 envs, 1 update per vector step); SB3 SAC = "
+                       "its defaults (1 env, [256, 256] MLPs, batch 256, 1 update per env step, lr 3e-4) through "
+                       "sim.gym.sb3_vec_env; PPO = configs/algo/ppo.yaml (64 envs); one torch thread each"),
+                      ("parts run as separate processes (one per core, each one torch thread + 2 physics threads) "
+                       "and were merged with --merge-from: wall-clock numbers are noisy")]}
     path = write_result("offpolicy", data, goals, args.out)
     print(f"wrote {path} and {args.out / 'offpolicy.png'}")
     for g in goals:
