@@ -205,14 +205,14 @@ def _time_to(curve: Curve, target: float) -> float | None:
     return next((c[0] for c in curve if c[2] >= target), None)
 
 
-def _merge(path: Path, part1: dict, part2: dict, budgets: dict[str, float]) -> None:
+def _merge(path: Path, part1: dict, part2: dict, budgets: dict[str, float]) -> dict[str, Any] | None:
     """Fold an earlier run's results (the JSON at ``path``) into this run's: seeds this run did not redo are added
     (``--merge``). Parts of the benchmark take hours on 2 cores; they can run as separate processes, one per core,
     and meet here. A task's runs must share one budget."""
     import json
 
     if not path.exists():
-        return
+        return None
     old = json.loads(path.read_text())
     for task, methods in old.get("curves", {}).items():
         budget = old["budget_s"][task]
@@ -231,6 +231,8 @@ def _merge(path: Path, part1: dict, part2: dict, budgets: dict[str, float]) -> N
                 part2.setdefault(env_id, {}).setdefault(m, {}).setdefault(int(seed), v)
     for task, methods in list(part1.items()):  # seeds in order
         part1[task] = {m: dict(sorted(r.items())) for m, r in methods.items()}
+    return {"file": str(path), **{k: old.get(k) for k in ("command", "commit", "date")},
+            "merged_from": old.get("merged_from", [])}
 
 
 def main() -> None:
@@ -277,8 +279,8 @@ def main() -> None:
                 part2[env_id][name][seed] = fn(env_id, seed, gym_steps)
                 print(f"  {name:8s} {env_id} seed {seed}: return {part2[env_id][name][seed]:.1f} after {gym_steps} "
                       f"steps ({time.perf_counter() - start:.0f} s)", flush=True)
-    for path in ([args.out / "offpolicy.json"] if args.merge else []) + args.merge_from:
-        _merge(path, part1, part2, budgets)
+    merged_from = [m for path in ([args.out / "offpolicy.json"] if args.merge else []) + args.merge_from
+                   if (m := _merge(path, part1, part2, budgets)) is not None]
 
     # ------------------------------------------------------------------------------------------ summary
     goals, summary = [], {}
@@ -334,7 +336,8 @@ def main() -> None:
     fig.savefig(args.out / "offpolicy.png", dpi=100)
     plt.close(fig)
 
-    data = {"quick": args.quick, "budget_s": {t: budgets[t] for t in part1}, "eval_every_s": eval_every,
+    data = {"merged_from": merged_from, "quick": args.quick, "budget_s": {t: budgets[t] for t in part1},
+            "eval_every_s": eval_every,
             "eval": f"{EVAL_EPISODES} deterministic episodes, reset seed {EVAL_SEED}; clock paused while evaluating",
             "torch_threads": 1, "summary": summary,
             "curves": {t: {m: {str(s): c for s, c in r.items()} for m, r in ms.items()} for t, ms in part1.items()},
