@@ -81,9 +81,13 @@ class SingleEnv(gymnasium.Env):
     def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict]:
         a = torch.as_tensor(np.asarray(action, dtype=np.float32)).reshape(1, -1)
         obs, reward, terminated, truncated, info = self.venv.step(a)
+        success = bool(info[keys.SUCCESS][0])
         if bool(terminated[0] | truncated[0]):
             obs = info[keys.FINAL_OBS]  # the single-env API shows the last observation; reset() starts anew
-        return (_to_numpy(obs, self._dict, 0), float(reward[0]), bool(terminated[0]), bool(truncated[0]), {"is_success": bool(info[keys.SUCCESS][0])})
+            if keys.EPISODE in info:  # the episode's outcome, as sb3_vec_env and our runners count it
+                success = bool(info[keys.EPISODE][keys.EP_SUCCESS][0])
+        return _to_numpy(obs, self._dict, 0), float(reward[0]), bool(terminated[0]), bool(truncated[0]), {
+            "is_success": success}
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":

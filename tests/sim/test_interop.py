@@ -83,3 +83,25 @@ def test_sb3_vec_env_matches_our_env_step_for_step():
     o2, r2, *_ = theirs.step(a)
     np.testing.assert_array_equal(o1["policy"].numpy(), o2)
     np.testing.assert_allclose(r1.numpy(), r2)
+
+
+def test_gymnasium_episode_end_reports_the_episode_outcome():
+    """``is_success`` at an episode's end is whether the episode succeeded (as sb3_vec_env and our runners count),
+    not whether its last step did: reach the target, then leave it before the time limit."""
+    from sim.experts import make_expert
+
+    env = gymnasium.make("robot_rl/SO101Reach-v0", episode_length=80, terminate_on_success=False)
+    expert = make_expert(env.unwrapped.venv)
+    env.reset(seed=0)
+    steps, info = 0, {"is_success": False}
+    while not info["is_success"]:
+        _, _, _, trunc, info = env.step(expert.act()[0].numpy())
+        steps += 1
+        assert not trunc, "the expert did not reach the target in 80 steps"
+    away, trunc = [], False
+    while not trunc:
+        _, _, _, trunc, info = env.step(np.array([1.0, -1.0, 1.0, 0.0, 0.0, 0.0], dtype=np.float32))
+        away.append(info["is_success"])
+    assert len(away) > 5 and not any(away[-5:-1]), "driving away kept the tool at the target"
+    assert away[-1], "the final step reported its own state, not the episode's success"
+    env.close()
