@@ -19,11 +19,11 @@ import torch
 
 pytest.importorskip("mujoco.mjx")
 
-from robot_rl import keys
 from sim.core import MujocoFamilyEnv, SimConfig
 from sim.mjx import MjxPhysics, make_mjx_compatible
 from sim.mujoco_cpu import MujocoPhysics
 from sim.registry import make_task
+from tests.sim._backend_agreement import assert_reset_observations_match, rollout
 
 N = 2
 STEPS = 50
@@ -68,26 +68,10 @@ def reach_pair():
         e.close()
 
 
-def _agreement(envs: dict[str, MujocoFamilyEnv], steps: int = STEPS) -> tuple[float, list[torch.Tensor]]:
-    gen = torch.Generator().manual_seed(1)
-    actions = [torch.rand(N, envs["mujoco"].action_dim, generator=gen) * 2 - 1 for _ in range(steps)]
-    traj = {}
-    for name, env in envs.items():
-        env.reset(seed=0)
-        qs, ends = [], []
-        for a in actions:
-            _, _, te, tr, _ = env.step(a)
-            qs.append(env.physics.state.qpos.double().cpu().clone())
-            ends.append(te | tr)
-        traj[name] = (torch.stack(qs), torch.stack(ends))
-    err = (traj["mujoco"][0] - traj["mjx"][0]).abs().max().item()
-    assert torch.equal(traj["mujoco"][1], traj["mjx"][1]), "episodes ended at different steps on the two backends"
-    return err, [traj["mujoco"][0], traj["mjx"][0]]
-
-
 @pytest.mark.slow
 def test_humanoid_walk_agrees_with_mujoco(humanoid_pair):
-    err, _ = _agreement(humanoid_pair)
+    q = rollout(humanoid_pair, STEPS)
+    err = (q["mujoco"] - q["mjx"]).abs().max().item()
     assert err < QPOS_TOL["humanoid_walk"], f"max |dqpos| {err:.2e} over {STEPS} control steps"
 
 
@@ -96,7 +80,8 @@ def test_humanoid_walk_agrees_with_mujoco(humanoid_pair):
 def test_so101_reach_agrees_with_mujoco(reach_pair):
     """The arm's joints agree while the free cube of the scene is untouched (moved < 1 mm on both backends): once
     the arm knocks it, a tumbling cube in float32 and one in float64 part for good, and the arm with them."""
-    _, (q_mujoco, q_mjx) = _agreement(reach_pair, SO101_STEPS)
+    q = rollout(reach_pair, SO101_STEPS)
+    q_mujoco, q_mjx = q["mujoco"], q["mjx"]
     model = reach_pair["mujoco"].physics.model
     cube = int(np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)[0])
     free = int(model.jnt_qposadr[cube])  # the cube's qpos: xyz, then a quaternion; the arm's joints come before
@@ -110,13 +95,7 @@ def test_so101_reach_agrees_with_mujoco(reach_pair):
 
 @pytest.mark.slow
 def test_observations_match_between_backends(humanoid_pair):
-    obs = {}
-    for name, env in humanoid_pair.items():
-        o, _ = env.reset(seed=3)
-        obs[name] = o
-    for k in (keys.POLICY, keys.CRITIC):
-        assert obs["mjx"][k].device == torch.device("cpu")
-        torch.testing.assert_close(obs["mjx"][k], obs["mujoco"][k], atol=1e-4, rtol=1e-4)
+    assert_reset_observations_match(humanoid_pair)
 
 
 @pytest.mark.slow
@@ -190,7 +169,7 @@ def test_saturated_servo_adds_no_kv_damping_in_implicitfast():
     mx, dx = mjx.put_model(model, impl="jax"), mjx.put_data(model, data, impl="jax")
     steps = 200
 
-    def rollout(step_fn):
+    def trajectory(step_fn):
         run = jax.jit(lambda m, d: jax.lax.scan(lambda d, _: (step_fn(m, d), d.qpos[0]), d, None, length=steps)[1])
         return np.asarray(run(mx, dx))
 
@@ -199,8 +178,8 @@ def test_saturated_servo_adds_no_kv_damping_in_implicitfast():
         ref[t] = data.qpos[0]
         mujoco.mj_step(model, data)
     assert abs(data.actuator_force[0]) == pytest.approx(0.3)  # saturated to the end
-    assert np.abs(rollout(physics_step) - ref).max() < 1e-5
-    assert np.abs(rollout(mjx.step) - ref).max() > 0.1  # the gap physics_step closes
+    assert np.abs(trajectory(physics_step) - ref).max() < 1e-5
+    assert np.abs(trajectory(mjx.step) - ref).max() > 0.1  # the gap physics_step closes
 
 
 def test_model_adaptation_for_mjx():

@@ -15,12 +15,12 @@ pytest.importorskip("mujoco_warp", reason="the optional 'warp' extra (mujoco-war
 
 import warp as wp
 
-from robot_rl import keys
 from sim.core import MujocoFamilyEnv, SimConfig
 from sim.mujoco_cpu import MujocoPhysics
 from sim.randomization import ModelRandomizer, RandomizationConfig
 from sim.registry import make_task
 from sim.warp import WarpPhysics
+from tests.sim._backend_agreement import assert_reset_observations_match, rollout
 
 N = 2
 STEPS = 50
@@ -60,21 +60,6 @@ def pair():
         e.close()
 
 
-def _rollout(envs: dict[str, MujocoFamilyEnv], steps: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(1)
-    actions = [torch.rand(N, envs["mujoco"].action_dim, generator=gen) * 2 - 1 for _ in range(steps)]
-    qpos = {}
-    for name, env in envs.items():
-        env.reset(seed=seed)
-        qs = []
-        for a in actions:
-            obs, reward, *_ = env.step(a)
-            assert all(torch.isfinite(v).all() for v in obs.values()) and torch.isfinite(reward).all(), name
-            qs.append(env.physics.state.qpos.double().clone())
-        qpos[name] = torch.stack(qs)
-    return qpos
-
-
 def test_views_and_randomized_model_fields_are_zero_copy():
     phys = WarpPhysics(_model(), N, "cpu", DR)
     for k in ("qpos", "qvel", "ctrl", "sensordata"):
@@ -105,16 +90,14 @@ def test_cuda_device_without_cuda_is_a_clear_error():
 
 @pytest.mark.slow
 def test_humanoid_walk_agrees_with_mujoco(pair):
-    q = _rollout(pair, STEPS)
+    q = rollout(pair, STEPS)
     err = (q["mujoco"] - q["warp"]).abs().max().item()
     assert err < QPOS_TOL, f"max |dqpos| {err:.2e} over {STEPS} control steps"
 
 
 @pytest.mark.slow
 def test_observations_match_between_backends(pair):
-    obs = {name: env.reset(seed=3)[0] for name, env in pair.items()}
-    for k in (keys.POLICY, keys.CRITIC):
-        torch.testing.assert_close(obs["warp"][k], obs["mujoco"][k], atol=1e-4, rtol=1e-4)
+    assert_reset_observations_match(pair)
 
 
 @pytest.mark.slow
@@ -149,7 +132,7 @@ def test_nonfinite_state_is_flagged_per_env(pair):
 def test_randomized_warp_env_agrees_with_the_randomized_cpu_env():
     """Each world reads its own row of the randomized fields: the same draws give the same trajectories."""
     envs = _pair(DR, seed=4)
-    q = _rollout(envs, 10, seed=4)
+    q = rollout(envs, 10, seed=4)
     err = (q["mujoco"] - q["warp"]).abs().max().item()
     assert err < QPOS_TOL, f"max |dqpos| {err:.2e} over 10 control steps"
     mass = envs["warp"].physics.state_dict()["model.body_mass"]
