@@ -149,6 +149,8 @@ def sb3_vec_env(venv: VecEnv):
             return [seed] * self.num_envs
 
         def get_attr(self, attr_name: str, indices=None):
+            if attr_name == "render_mode":  # SB3 asks at construction; frames come from render() of the batch
+                return [getattr(self.venv, attr_name, None)] * len(self._indices(indices))
             return [getattr(self.venv, attr_name)] * len(self._indices(indices))
 
         def set_attr(self, attr_name: str, value: Any, indices=None) -> None:

@@ -1,5 +1,7 @@
 """Gymnasium and Stable-Baselines3 use our tasks through their real APIs."""
 
+import warnings
+
 import gymnasium
 import numpy as np
 import pytest
@@ -59,7 +61,9 @@ def test_sb3_ppo_trains_a_few_hundred_steps_on_our_batched_env():
 
 
 def test_sb3_adapter_reports_terminal_observation_and_timeouts():
-    venv = sb3_vec_env(make_env("so101_reach", SimConfig(num_envs=2), None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # SB3 warns when it cannot read a render_mode
+        venv = sb3_vec_env(make_env("so101_reach", SimConfig(num_envs=2), None))
     venv.venv.max_episode_length = 2
     venv.seed(0)
     venv.reset()
