@@ -122,7 +122,13 @@ def _summary(curve: list[tuple[float, int, float]], budget_min: float) -> dict:
     return {"reached": hit is not None, "wall_s_to_target": None if hit is None else round(hit[0], 2),
             "env_steps_to_target": None if hit is None else hit[1], "budget_s": 60 * budget_min,
             "final_success_rate": curve[-1][2] if curve else None,
-            "curve": [(round(w, 2), s, round(r, 4)) for w, s, r in curve[:: max(1, len(curve) // 200)]]}
+            "curve": [(round(w, 2), s, round(r, 4)) for w, s, r in _thin(curve, 200)]}
+
+
+def _thin(curve: list, n: int) -> list:
+    """About ``n`` points of a curve, its last one (where a run stopped) always among them."""
+    pts = curve[:: max(1, len(curve) // n)]
+    return pts + curve[-1:] if curve and pts[-1] != curve[-1] else pts
 
 
 def _merge(path: Path, runs: dict[str, dict[str, dict[int, dict]]], budgets: dict[str, float]) -> dict[str, Any]:
@@ -172,10 +178,11 @@ def main() -> None:
     merged_from = [_merge(path, runs, budgets) for path in args.merge_from]
     tasks = [t for t in BUDGET_MIN if t in runs]
 
-    def median(task: str, name: str, key: str) -> float:  # a run that never reached the target counts as the budget
-        return statistics.median(r[key] if r[key] is not None else (r["budget_s"] if key == "wall_s_to_target"
-                                                                    else float("nan"))
-                                 for r in runs[task][name].values())
+    def median(task: str, name: str, key: str) -> float | None:
+        """A run that never reached the target counts as the budget in time; in env steps, no number (None)."""
+        vals = [r[key] if r[key] is not None else (r["budget_s"] if key == "wall_s_to_target" else None)
+                for r in runs[task][name].values()]
+        return None if None in vals else statistics.median(vals)
 
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4), squeeze=False)
     summary, goals = {}, []
