@@ -42,6 +42,12 @@ def goal(name: str, value: float, target: float, direction: str) -> dict[str, An
     return {"name": name, "value": round(float(value), 4), "target": target, "direction": direction, "met": bool(met)}
 
 
+def provenance(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """What a merged result says of one result file it took runs from (and, in turn, of that file's sources)."""
+    return {"file": str(path), **{k: record.get(k) for k in ("command", "commit", "date")},
+            "merged_from": record.get("merged_from", [])}
+
+
 def write_result(name: str, data: dict[str, Any], goals: list[dict[str, Any]], out_dir: Path | None = None) -> Path:
     out_dir = Path(out_dir or RESULTS)
     out_dir.mkdir(parents=True, exist_ok=True)

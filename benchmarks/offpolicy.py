@@ -34,7 +34,7 @@ import matplotlib
 import numpy as np
 import torch
 
-from benchmarks.common import RESULTS, goal, write_result
+from benchmarks.common import RESULTS, goal, provenance, write_result
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -242,8 +242,7 @@ def _merge(path: Path, part1: dict, part2: dict, budgets: dict[str, float]) -> d
                 part2.setdefault(env_id, {}).setdefault(m, {}).setdefault(int(seed), v)
     for task, methods in list(part1.items()):  # seeds in order
         part1[task] = {m: dict(sorted(r.items())) for m, r in methods.items()}
-    return {"file": str(path), **{k: old.get(k) for k in ("command", "commit", "date")},
-            "merged_from": old.get("merged_from", [])}
+    return provenance(path, old)
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks.common import RESULTS, goal, write_result  # noqa: E402
+from benchmarks.common import RESULTS, goal, provenance, write_result  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -147,8 +147,7 @@ def _merge(path: Path, runs: dict[str, dict[str, dict[int, dict]]], budgets: dic
                                      f"{60 * budgets[task]} s here")
                 budgets.setdefault(task, r["budget_s"] / 60)
                 runs.setdefault(task, {m: {} for m in METHODS})[name].setdefault(int(seed), r)
-    return {"file": str(path), **{k: old.get(k) for k in ("command", "commit", "date")},
-            "merged_from": old.get("merged_from", [])}
+    return provenance(path, old)
 
 
 def main() -> None:
