@@ -18,6 +18,7 @@ Part 2, gymnasium MuJoCo at equal env steps: FlashSAC (DESIGN.md §5's single-CP
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -150,7 +151,13 @@ def _sb3_sac(task: str, seed: int, budget_s: float, eval_every: float, num_envs:
     return curve
 
 
-def _gym_flashsac(env_id: str, seed: int, steps: int) -> float:
+# DESIGN.md §5's single-CPU-env setting of FlashSAC (the rest from configs/algo/flashsac.yaml); --gym-flashsac adds
+# Hydra overrides after these.
+GYM_FLASHSAC = ["algo.batch_size=512", "algo.updates_per_step=1.0", "algo.learning_starts=1000",
+                "algo.steps_per_iteration=100"]
+
+
+def _gym_flashsac(env_id: str, seed: int, steps: int, overrides: list[str]) -> float:
     from omegaconf import OmegaConf
 
     from robot_rl.cli.main import _compose, _seed_everything
@@ -159,9 +166,8 @@ def _gym_flashsac(env_id: str, seed: int, steps: int) -> float:
     from robot_rl.runners.off_policy import OffPolicyRunner, OffPolicyRunnerConfig
     from sim.gym_vec import GymVecEnv
 
-    algo_raw = OmegaConf.to_container(_compose("train", ["algo=flashsac"]).algo, resolve=True)
+    algo_raw = OmegaConf.to_container(_compose("train", ["algo=flashsac", *overrides]).algo, resolve=True)
     algo_raw.pop("name")
-    algo_raw.update(batch_size=512, updates_per_step=1.0, learning_starts=1000, steps_per_iteration=100)
     _seed_everything(seed)
     env = GymVecEnv(env_id, num_envs=1, seed=seed)
     algo, extra = build_flashsac(algo_raw, env, torch.device("cpu"))
@@ -216,10 +222,11 @@ def _time_to(curve: Curve, target: float) -> float | None:
     return next((c[0] for c in curve if c[2] >= target), None)
 
 
-def _merge(path: Path, part1: dict, part2: dict, budgets: dict[str, float]) -> dict[str, Any] | None:
+def _merge(path: Path, part1: dict, part2: dict, budgets: dict[str, float],
+           gym_settings: dict[str, list[str]]) -> dict[str, Any] | None:
     """Fold an earlier run's results (the JSON at ``path``) into this run's: seeds this run did not redo are added
     (``--merge``). Parts of the benchmark take hours on 2 cores; they can run as separate processes, one per core,
-    and meet here. A task's runs must share one budget."""
+    and meet here. A task's runs must share one budget, a gymnasium env's FlashSAC runs one setting."""
     import json
 
     if not path.exists():
@@ -237,6 +244,13 @@ def _merge(path: Path, part1: dict, part2: dict, budgets: dict[str, float]) -> d
         if env_id in part2 and budgets[env_id] != rec["env_steps"]:
             raise ValueError(f"--merge: {env_id} ran {budgets[env_id]} steps here and {rec['env_steps']} in {path}")
         budgets[env_id] = rec["env_steps"]
+        setting = rec.get("flashsac_setting", GYM_FLASHSAC)  # results from before the option ran the default
+        if rec["returns"].get("flashsac"):
+            if part2.get(env_id, {}).get("flashsac") and gym_settings[env_id] != setting:
+                raise ValueError(f"--merge: FlashSAC on {env_id} ran {gym_settings[env_id]} here and {setting} "
+                                 f"in {path}")
+            gym_settings[env_id] = setting
+        gym_settings.setdefault(env_id, setting)
         for m, runs in rec["returns"].items():
             for seed, v in runs.items():
                 part2.setdefault(env_id, {}).setdefault(m, {}).setdefault(int(seed), v)
@@ -257,6 +271,8 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["flashsac", "sb3_sac", "ppo"], choices=list(PART1),
                         help="methods (sb3_sac_vec: SB3 SAC on FlashSAC's 16 envs, 1 update per vector step; "
                              "part 2 runs flashsac and sb3_sac of these)")
+    parser.add_argument("--gym-flashsac", nargs="*", default=[], metavar="OVERRIDE",
+                        help=f"Hydra overrides for FlashSAC in part 2, after {' '.join(GYM_FLASHSAC)}")
     parser.add_argument("--merge", action="store_true",
                         help="add the runs (task, method, seed) of the existing JSON in --out that this run did not do")
     parser.add_argument("--merge-from", type=Path, nargs="*", default=[],
@@ -283,10 +299,13 @@ def main() -> None:
             for m in args.methods:
                 part1[task][m][seed] = PART1[m](task, seed, budget_s, eval_every)
     part2: dict[str, dict[str, dict[int, float]]] = {}
+    gym_settings: dict[str, list[str]] = {}  # per gymnasium env: FlashSAC's overrides
+    setting = GYM_FLASHSAC + args.gym_flashsac
     for env_id in gym_ids:
-        gym_methods = [(n, fn) for n, fn in (("flashsac", _gym_flashsac), ("sb3_sac", _gym_sb3_sac))
-                       if n in args.methods]
+        gym_methods = [(n, fn) for n, fn in (("flashsac", functools.partial(_gym_flashsac, overrides=setting)),
+                                             ("sb3_sac", _gym_sb3_sac)) if n in args.methods]
         part2[env_id], budgets[env_id] = {n: {} for n, _ in gym_methods}, gym_steps
+        gym_settings[env_id] = setting
         for seed in gym_seeds:
             for name, fn in gym_methods:
                 start = time.perf_counter()
@@ -294,7 +313,7 @@ def main() -> None:
                 print(f"  {name:8s} {env_id} seed {seed}: return {part2[env_id][name][seed]:.1f} after {gym_steps} "
                       f"steps ({time.perf_counter() - start:.0f} s)", flush=True)
     merged_from = [m for path in ([args.out / "offpolicy.json"] if args.merge else []) + args.merge_from
-                   if (m := _merge(path, part1, part2, budgets)) is not None]
+                   if (m := _merge(path, part1, part2, budgets, gym_settings)) is not None]
 
     # ------------------------------------------------------------------------------------------ summary
     goals, summary = [], {}
@@ -362,7 +381,7 @@ def main() -> None:
             "eval": f"{EVAL_EPISODES} deterministic episodes, reset seed {EVAL_SEED}; clock paused while evaluating",
             "torch_threads": 1, "summary": summary,
             "curves": {t: {m: {str(s): c for s, c in r.items()} for m, r in ms.items()} for t, ms in part1.items()},
-            "gym": {e: {"env_steps": budgets[e],
+            "gym": {e: {"env_steps": budgets[e], "flashsac_setting": gym_settings[e],
                         "returns": {m: {str(s): v for s, v in r.items()} for m, r in ms.items()}}
                     for e, ms in part2.items()},
             "notes": [("time_to_90_s: first evaluation at >= 90% success (training seconds), null if never; in the "
