@@ -378,6 +378,10 @@ def main() -> None:
             vals = [statistics.median(part2[e][name].values()) if part2[e].get(name) else np.nan for e in part2]
             bars = ax.bar(np.arange(len(part2)) + 0.4 * i, vals, width=0.4, color=colors[name], label=name)
             ax.bar_label(bars, fmt="%.0f", fontsize=8)
+            for j, e in enumerate(part2):  # each seed's return on its bar
+                runs = list(part2[e].get(name, {}).values())
+                ax.scatter([j + 0.4 * i] * len(runs), runs, color="black", s=10, zorder=3,
+                           label="one seed" if i == j == 0 else None)
         ax.set_xticks(np.arange(len(part2)) + 0.2, [f"{e}\n{budgets[e] // 1000}k steps" for e in part2])
         ax.set(ylabel="return after equal env steps (median over seeds)", title="gymnasium MuJoCo, equal env steps")
         ax.legend()
