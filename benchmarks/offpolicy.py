@@ -155,10 +155,9 @@ def _sb3_sac(task: str, seed: int, budget_s: float, eval_every: float, num_envs:
 # after these. DESIGN.md §5's single-CPU-env setting is batch 512, 1 update per env step; at the same compute, batch
 # 256 with 2 updates per env step learned Humanoid-v5 faster here (30 k steps, seed 0: 474 vs 390; width 128 at
 # batch 256, 1 update: 414), so the benchmark runs that (results/offpolicy.json, notes).
-DESIGN_GYM_FLASHSAC = ["algo.batch_size=512", "algo.updates_per_step=1.0", "algo.learning_starts=1000",
-                       "algo.steps_per_iteration=100"]
-GYM_FLASHSAC = ["algo.batch_size=256", "algo.updates_per_step=2.0", "algo.learning_starts=1000",
-                "algo.steps_per_iteration=100"]
+_GYM_COMMON = ["algo.learning_starts=1000", "algo.steps_per_iteration=100"]
+DESIGN_GYM_FLASHSAC = ["algo.batch_size=512", "algo.updates_per_step=1.0", *_GYM_COMMON]
+GYM_FLASHSAC = ["algo.batch_size=256", "algo.updates_per_step=2.0", *_GYM_COMMON]
 
 
 def _gym_flashsac(env_id: str, seed: int, steps: int, overrides: list[str]) -> float:
@@ -352,10 +351,7 @@ def main() -> None:
                 goals.append(goal(f"flashsac_over_ppo_time_to_90_{task}", t_flash / t_ppo, 1.0, "<="))
     for env_id, methods in part2.items():
         med = {name: statistics.median(v.values()) for name, v in methods.items() if v}
-        summary[env_id] = {"return_median": med, "returns": methods, "env_steps": budgets[env_id],
-                           "flashsac_setting": setting,
-                           "other_flashsac_settings": [{"setting": o["setting"], "returns": o["returns"]}
-                                                       for o in other_settings.get(env_id, [])]}
+        summary[env_id] = {"return_median": med, "returns": methods, "env_steps": budgets[env_id]}
         if {"flashsac", "sb3_sac"} <= set(med):
             goals.append(goal(f"flashsac_minus_sb3_sac_return_{env_id}", med["flashsac"] - med["sb3_sac"], 0.0, ">="))
 
