@@ -14,6 +14,7 @@ import torch
 
 from robot_rl.checkpoint import LATEST, flatten_tree, load_checkpoint
 from robot_rl.cli.main import main
+from robot_rl.logging import read_curve
 
 ROBOT_RL = Path(sys.executable).parent / "robot-rl"
 CLI = [str(ROBOT_RL)] if ROBOT_RL.exists() else [sys.executable, "-m", "robot_rl.cli.main"]
@@ -48,6 +49,12 @@ def test_train_writes_checkpoints_eval_video_curve_and_tensorboard(trained_run):
     assert (r / "checkpoints" / LATEST).read_text() == "iter_00000008"
     ckpt = load_checkpoint(r)
     assert ckpt.meta["env_steps"] == 512 and ckpt.meta["task"] == "so101_reach"
+    # the curve splits the wall-clock: the simulator's share grows every iteration and stays below the total
+    pts = read_curve(r)
+    assert [p["env_steps"] for p in pts] == [64 * i for i in range(1, 9)]
+    sims = [p["sim_s"] for p in pts]
+    assert all(0.0 < a < b for a, b in zip(sims, sims[1:], strict=False))
+    assert all(p["sim_s"] < p["wall_s"] for p in pts)
 
 
 def test_eval_command(trained_run, tmp_path, capsys):

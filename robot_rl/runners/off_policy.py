@@ -54,6 +54,7 @@ class OffPolicyRunner(RunnerLoop):
                                    env.action_dim, self.device, {g: env.obs_spec.dtype(g) for g in groups})
         self.stats = EpisodeStats(cfg.success_window)
         self.iteration, self.env_steps, self.elapsed_s, self.update_debt = 0, 0, 0.0, 0.0
+        self.sim_s = 0.0  # wall-clock inside env.step, summed over the run (the simulator's share of elapsed_s)
         self.obs: dict[str, torch.Tensor] | None = None
 
     def restore(self, ckpt: Checkpoint) -> None:
@@ -61,6 +62,7 @@ class OffPolicyRunner(RunnerLoop):
         self.obs, runner = restore_run_state(ckpt, self.algo, self.env, self.device)
         self.iteration, self.env_steps, self.elapsed_s = runner["iteration"], runner["env_steps"], runner["elapsed_s"]
         self.update_debt = float(runner["update_debt"])
+        self.sim_s = float(runner.get("sim_s", 0.0))  # absent from checkpoints written before it was kept
         self.stats.load_state_dict(runner["stats"])
         if "replay" in runner:
             self.replay.load_state_dict(runner["replay"])
@@ -71,11 +73,13 @@ class OffPolicyRunner(RunnerLoop):
         env, algo, obs, utd = self.env, self.algo, self.obs, self.algo.cfg.updates_per_step
         log_sums: dict[str, float] = {}
         losses: dict[str, list[float | torch.Tensor]] = {}
-        update_s = 0.0
+        update_s = sim_s = 0.0
         for _ in range(self.cfg.steps_per_iteration):
             warmup = self.replay.num_transitions < algo.cfg.learning_starts
             action = algo.random_action(env.num_envs) if warmup else algo.act(obs)
+            t0 = time.perf_counter()
             next_obs, reward, terminated, truncated, info = env.step(action.to(env.device))
+            sim_s += time.perf_counter() - t0
             next_obs = to_device(next_obs, self.device)
             reward, terminated, truncated = (x.to(self.device) for x in (reward, terminated, truncated))
             self.replay.add(obs, action, reward, terminated, truncated, next_obs,
@@ -100,24 +104,25 @@ class OffPolicyRunner(RunnerLoop):
         self.env_steps += steps
         dt = time.perf_counter() - start
         self.elapsed_s += dt
+        self.sim_s += sim_s
         scalars = {k: (v / self.cfg.steps_per_iteration if k.startswith("reward/") else v) for k, v in log_sums.items()}
         scalars.update(mean_stats(losses))
         summary = self.stats.summary()
         scalars.update(summary)
-        scalars.update({"perf/fps": steps / dt, "perf/update_fraction": update_s / dt,
+        scalars.update({"perf/fps": steps / dt, "perf/update_fraction": update_s / dt, "perf/sim_fraction": sim_s / dt,
                         "perf/iteration": self.iteration, "replay/transitions": self.replay.num_transitions})
         self.logger.scalars(self.env_steps, scalars)
         ret, succ = summary.get("episode/return"), summary.get("episode/success_rate")
         self.logger.progress(steps, ret, succ)
         self.logger.curve_point({"iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.elapsed_s,
-                                 "success_rate": succ, "mean_return": ret})
+                                 "sim_s": self.sim_s, "success_rate": succ, "mean_return": ret})
         return scalars
 
     def save(self) -> None:
         """Checkpoint now (score: the rolling mean return, for keeping the best)."""
         assert self.checkpoints is not None
         runner = {"iteration": self.iteration, "env_steps": self.env_steps, "elapsed_s": self.elapsed_s,
-                  "update_debt": self.update_debt, "stats": self.stats.state_dict()}
+                  "sim_s": self.sim_s, "update_debt": self.update_debt, "stats": self.stats.state_dict()}
         if self.cfg.save_replay:
             runner["replay"] = self.replay.state_dict()
         self.checkpoints.save(self.iteration, run_state(self.algo, self.env, self.obs, runner),

@@ -51,12 +51,14 @@ class OnPolicyRunner(RunnerLoop):
                                     env.action_dim, self.device, {g: env.obs_spec.dtype(g) for g in groups})
         self.stats = EpisodeStats(cfg.success_window)
         self.iteration, self.env_steps, self.elapsed_s = 0, 0, 0.0
+        self.sim_s = 0.0  # wall-clock inside env.step, summed over the run (the simulator's share of elapsed_s)
         self.obs: dict[str, torch.Tensor] | None = None
 
     def restore(self, ckpt: Checkpoint) -> None:
         """Continue from a checkpoint: learner, env, observations, RNGs and counters as they were."""
         self.obs, runner = restore_run_state(ckpt, self.algo, self.env, self.device)
         self.iteration, self.env_steps, self.elapsed_s = runner["iteration"], runner["env_steps"], runner["elapsed_s"]
+        self.sim_s = float(runner.get("sim_s", 0.0))  # absent from checkpoints written before it was kept
         self.stats.load_state_dict(runner["stats"])
 
     def run_iteration(self) -> dict[str, float]:
@@ -64,10 +66,13 @@ class OnPolicyRunner(RunnerLoop):
         env, algo, buf, obs = self.env, self.algo, self.buffer, self.obs
         algo.train_mode()
         log_sums: dict[str, float] = {}
+        sim_s = 0.0
         with torch.no_grad():
             for _ in range(self.cfg.num_steps):
                 out = algo.act(obs)
+                t0 = time.perf_counter()
                 next_obs, reward, terminated, truncated, info = env.step(out.action.to(env.device))
+                sim_s += time.perf_counter() - t0
                 next_obs = to_device(next_obs, self.device)
                 terminated, truncated = terminated.to(self.device), truncated.to(self.device)
                 reward = algo.bootstrap_time_outs(reward.to(self.device), truncated,
@@ -88,23 +93,24 @@ class OnPolicyRunner(RunnerLoop):
         self.env_steps += steps
         dt = time.perf_counter() - start
         self.elapsed_s += dt
+        self.sim_s += sim_s
         scalars = {k: (v / self.cfg.num_steps if k.startswith("reward/") else v) for k, v in log_sums.items()}
         scalars.update(losses)
         scalars.update(self.stats.summary())
         scalars.update({"perf/fps": steps / dt, "perf/collect_fraction": collect_s / dt,
-                        "perf/iteration": self.iteration})
+                        "perf/sim_fraction": sim_s / dt, "perf/iteration": self.iteration})
         self.logger.scalars(self.env_steps, scalars)
         summary = self.stats.summary()
         ret, succ = summary.get("episode/return"), summary.get("episode/success_rate")
         self.logger.progress(steps, ret, succ)
         self.logger.curve_point({"iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.elapsed_s,
-                                 "success_rate": succ, "mean_return": ret})
+                                 "sim_s": self.sim_s, "success_rate": succ, "mean_return": ret})
         return scalars
 
     def save(self) -> None:
         """Checkpoint now (score: the rolling mean return, for keeping the best)."""
         runner = {"iteration": self.iteration, "env_steps": self.env_steps, "elapsed_s": self.elapsed_s,
-                  "stats": self.stats.state_dict()}
+                  "sim_s": self.sim_s, "stats": self.stats.state_dict()}
         self.checkpoints.save(self.iteration, run_state(self.algo, self.env, self.obs, runner),
                               {**self.meta, "env_steps": self.env_steps}, policy=self.algo.policy,
                               score=self.stats.summary().get("episode/return"))
