@@ -4,9 +4,9 @@ Both learn on the same batched env (so101_reach 64 envs, so101_lift 256 as in th
 threads; SB3 through ``sim.gym.sb3_vec_env``) with the same recipe (rsl_rl's: 24 steps per env, 5 epochs x 4
 minibatches, lr 1e-3, γ 0.99, λ 0.95, clip 0.2, entropy 0.01, value coef 1, grad-norm 1, ELU [256, 128, 64] actor
 and critic with orthogonal init, observation normalization: VecNormalize for SB3, which has no adaptive-KL lr, no
-separate critic observations and, by default, no value clipping). One torch thread each. Success is the rolling rate over the last
-200 finished episodes for both; the clock starts when learning starts and stops when that rate first reaches 90% (or
-at the task's budget). Each run also records ``sim_s``, its time inside the env's step.
+separate critic observations and, by default, no value clipping). One torch thread each. Success is the rolling rate
+over the last 200 finished episodes for both; the clock starts when learning starts and stops when that rate first
+reaches 90% (or at the task's budget). Each run also records ``sim_s``, its time inside the env's step.
 
     python benchmarks/ppo_vs_sb3.py                       # seeds 0-2; reach up to 8 min, lift up to 60 min each
     python benchmarks/ppo_vs_sb3.py --quick               # seed 0, reach only, up to 2 min each

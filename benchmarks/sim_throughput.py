@@ -177,7 +177,8 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=None, help="seconds per measurement")
     p.add_argument("--rounds", type=int, default=2, help="repeats; the best of each is kept")
     args = p.parse_args()
-    torch.set_num_threads(1)  # the env's tensors are tiny; more torch threads fight the physics threads (measured: 16x slower obs)
+    # the env's tensors are tiny; more torch threads fight the physics threads (measured: 16x slower obs)
+    torch.set_num_threads(1)
     sizes = [16, 64] if args.quick else [16, 64, 256, 1024]
     budget = args.budget or (0.5 if args.quick else 1.5)
     tasks = ["so101_lift"] + (["humanoid_walk"] if "humanoid_walk" in task_names() else [])
@@ -204,7 +205,8 @@ def main() -> None:
     goals, ratios = [], {}
     for task, res in results.items():
         for n in sizes:
-            r = {"vs_rollout": res["ours"][n] / res["rollout"][n], "vs_threadpool": res["ours"][n] / res["threadpool"][n]}
+            r = {"vs_rollout": res["ours"][n] / res["rollout"][n],
+                 "vs_threadpool": res["ours"][n] / res["threadpool"][n]}
             if n in res["sync"]:
                 r["vs_sync"] = res["ours"][n] / res["sync"][n]
             ratios[f"{task}/N={n}"] = {k: round(v, 3) for k, v in r.items()}

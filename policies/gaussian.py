@@ -19,7 +19,6 @@ from policies.persistence import CONFIG_FILE, WEIGHTS_FILE, load_policy_as, save
 from robot_rl import keys
 
 
-
 @dataclass
 class GaussianPolicyConfig:
     """Architecture of a Gaussian MLP actor."""

@@ -89,7 +89,8 @@ class VecEnv(ABC):
 def check_action(action: torch.Tensor, num_envs: int, action_dim: int) -> torch.Tensor:
     """Validate an action batch; return a float32 view of it. Raises a ValueError that says what was expected."""
     if not isinstance(action, torch.Tensor):
-        raise TypeError(f"action must be a torch.Tensor of shape [{num_envs}, {action_dim}], got {type(action).__name__}")
+        raise TypeError(f"action must be a torch.Tensor of shape [{num_envs}, {action_dim}], "
+                        f"got {type(action).__name__}")
     if tuple(action.shape) != (num_envs, action_dim):
         raise ValueError(
             f"action has shape {tuple(action.shape)}, expected [num_envs, action_dim] = [{num_envs}, {action_dim}]"
