@@ -118,6 +118,14 @@ class RunnerLoop:
     iteration: int
     env_steps: int
     elapsed_s: float
+    sim_s: float  # wall-clock inside env.step over the run (the simulator's share of elapsed_s)
+
+    def step_env(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """``env.step`` on the env's device, its time added to ``sim_s``."""
+        start = time.perf_counter()
+        out = self.env.step(action.to(self.env.device))
+        self.sim_s += time.perf_counter() - start
+        return out
 
     def run_iteration(self) -> dict[str, float]:
         raise NotImplementedError

@@ -73,13 +73,11 @@ class OffPolicyRunner(RunnerLoop):
         env, algo, obs, utd = self.env, self.algo, self.obs, self.algo.cfg.updates_per_step
         log_sums: dict[str, float] = {}
         losses: dict[str, list[float | torch.Tensor]] = {}
-        update_s = sim_s = 0.0
+        update_s, sim_start = 0.0, self.sim_s
         for _ in range(self.cfg.steps_per_iteration):
             warmup = self.replay.num_transitions < algo.cfg.learning_starts
             action = algo.random_action(env.num_envs) if warmup else algo.act(obs)
-            t0 = time.perf_counter()
-            next_obs, reward, terminated, truncated, info = env.step(action.to(env.device))
-            sim_s += time.perf_counter() - t0
+            next_obs, reward, terminated, truncated, info = self.step_env(action)
             next_obs = to_device(next_obs, self.device)
             reward, terminated, truncated = (x.to(self.device) for x in (reward, terminated, truncated))
             self.replay.add(obs, action, reward, terminated, truncated, next_obs,
@@ -104,13 +102,13 @@ class OffPolicyRunner(RunnerLoop):
         self.env_steps += steps
         dt = time.perf_counter() - start
         self.elapsed_s += dt
-        self.sim_s += sim_s
         scalars = {k: (v / self.cfg.steps_per_iteration if k.startswith("reward/") else v) for k, v in log_sums.items()}
         scalars.update(mean_stats(losses))
         summary = self.stats.summary()
         scalars.update(summary)
-        scalars.update({"perf/fps": steps / dt, "perf/update_fraction": update_s / dt, "perf/sim_fraction": sim_s / dt,
-                        "perf/iteration": self.iteration, "replay/transitions": self.replay.num_transitions})
+        scalars.update({"perf/fps": steps / dt, "perf/update_fraction": update_s / dt,
+                        "perf/sim_fraction": (self.sim_s - sim_start) / dt, "perf/iteration": self.iteration,
+                        "replay/transitions": self.replay.num_transitions})
         self.logger.scalars(self.env_steps, scalars)
         ret, succ = summary.get("episode/return"), summary.get("episode/success_rate")
         self.logger.progress(steps, ret, succ)

@@ -66,13 +66,11 @@ class OnPolicyRunner(RunnerLoop):
         env, algo, buf, obs = self.env, self.algo, self.buffer, self.obs
         algo.train_mode()
         log_sums: dict[str, float] = {}
-        sim_s = 0.0
+        sim_start = self.sim_s
         with torch.no_grad():
             for _ in range(self.cfg.num_steps):
                 out = algo.act(obs)
-                t0 = time.perf_counter()
-                next_obs, reward, terminated, truncated, info = env.step(out.action.to(env.device))
-                sim_s += time.perf_counter() - t0
+                next_obs, reward, terminated, truncated, info = self.step_env(out.action)
                 next_obs = to_device(next_obs, self.device)
                 terminated, truncated = terminated.to(self.device), truncated.to(self.device)
                 reward = algo.bootstrap_time_outs(reward.to(self.device), truncated,
@@ -93,12 +91,11 @@ class OnPolicyRunner(RunnerLoop):
         self.env_steps += steps
         dt = time.perf_counter() - start
         self.elapsed_s += dt
-        self.sim_s += sim_s
         scalars = {k: (v / self.cfg.num_steps if k.startswith("reward/") else v) for k, v in log_sums.items()}
         scalars.update(losses)
         scalars.update(self.stats.summary())
         scalars.update({"perf/fps": steps / dt, "perf/collect_fraction": collect_s / dt,
-                        "perf/sim_fraction": sim_s / dt, "perf/iteration": self.iteration})
+                        "perf/sim_fraction": (self.sim_s - sim_start) / dt, "perf/iteration": self.iteration})
         self.logger.scalars(self.env_steps, scalars)
         summary = self.stats.summary()
         ret, succ = summary.get("episode/return"), summary.get("episode/success_rate")
