@@ -112,7 +112,7 @@ class Bench:
         return calls * n / (time.perf_counter() - t)
 
     def measure(self, task: str, n: int, env) -> dict:
-        from robot_rl import keys
+        from policies import keys
 
         dec = env.task.decimation
         row = {"task": task, "backend": env.cfg.backend, "num_envs": n, "decimation": dec,
@@ -159,12 +159,12 @@ class Bench:
 
     def ppo_run(self, env, iterations: int, num_steps: int) -> dict:
         """The real robot_rl PPO runner on ``env``: end-to-end env-steps/s (first iteration = warm-up)."""
+        from policies import keys
         from policies.gaussian import GaussianPolicy, GaussianPolicyConfig
-        from robot_rl import keys
         from robot_rl.algos.ppo import PPO, PPOConfig
         from robot_rl.checkpoint import CheckpointManager
-        from robot_rl.critics import CriticConfig, MLPCritic
         from robot_rl.logging import LoggerConfig, RunLogger
+        from robot_rl.models.critics import CriticConfig, MLPCritic
         from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
 
         shapes = env.obs_spec.shapes

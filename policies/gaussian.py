@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from policies import keys
 from policies.mlp import mlp
 from policies.normalizer import EmpiricalNormalizer
 from policies.persistence import CONFIG_FILE, WEIGHTS_FILE, load_policy_as, save_policy  # noqa: F401
-from robot_rl import keys
 
 
 @dataclass

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from policies import keys
 from policies.modules.flash import FlashNet
 from policies.persistence import load_policy_as, save_policy
-from robot_rl import keys
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from robot_rl import keys
+from policies import keys
 from robot_rl.env import Obs, VecEnv, episode_mask
 from robot_rl.logging import write_video
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from robot_rl import keys
+from policies import keys
 from robot_rl.env import VecEnv
 from sim.core import SimConfig
 

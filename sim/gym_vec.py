@@ -16,7 +16,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from robot_rl import keys
+from policies import keys
 from robot_rl.env import Obs, ObsSpec, VecEnv, check_action
 
 

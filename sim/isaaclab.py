@@ -33,7 +33,7 @@ from typing import Any
 import gymnasium
 import torch
 
-from robot_rl import keys
+from policies import keys
 from robot_rl.env import Obs, ObsSpec, VecEnv, check_action, nonfinite_rows
 
 log = logging.getLogger(__name__)

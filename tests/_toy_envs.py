@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from robot_rl import keys
+from policies import keys
 from robot_rl.env import Obs, ObsSpec, VecEnv, check_action
 
 

@@ -10,17 +10,16 @@ import pytest
 import torch
 from torch import nn
 
-from policies import load_policy
+from policies import keys, load_policy
 from policies.modules.flash import FlashNet, project_to_unit_norm
 from policies.tanh_gaussian import TanhGaussianPolicy, TanhGaussianPolicyConfig
-from robot_rl import keys
 from robot_rl.algos.flashsac import FlashSAC, FlashSACConfig, RepeatedNoise, ReturnScale, truncated_zeta_probs
 from robot_rl.algos.guard import NonFiniteError
 from robot_rl.buffers.replay import ReplayBuffer, sample_mixed
 from robot_rl.checkpoint import CheckpointManager, flatten_tree, load_checkpoint
 from robot_rl.evaluation import evaluate
 from robot_rl.logging import LoggerConfig, RunLogger
-from robot_rl.q_critics import CategoricalQ, CategoricalQConfig
+from robot_rl.models.q_critics import CategoricalQ, CategoricalQConfig
 from robot_rl.runners.off_policy import OffPolicyRunner, OffPolicyRunnerConfig
 from tests._toy_envs import PointMassEnv
 from tests._toy_reach import PointReach2D

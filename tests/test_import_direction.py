@@ -1,7 +1,7 @@
 """Imports point one way (DESIGN.md §2): policies <- robot_rl <- sim, real.
 
-robot_rl (outside robot_rl/cli) never imports sim, real, mujoco or lerobot; policies never imports robot_rl's
-algorithms, sim or real; sim never imports real.
+robot_rl (outside robot_rl/cli) never imports sim, real, mujoco or lerobot; policies (the bottom layer: what ships to
+the robot, key names included) never imports robot_rl, sim or real; sim never imports real.
 """
 
 import ast
@@ -25,7 +25,7 @@ def _imports(path: Path) -> set[str]:
 
 RULES = [
     ("robot_rl", {"sim", "real", "mujoco", "lerobot"}, "robot_rl/cli"),
-    ("policies", {"sim", "real", "mujoco", "lerobot"}, None),
+    ("policies", {"robot_rl", "sim", "real", "mujoco", "lerobot"}, None),
     ("sim", {"real", "lerobot"}, None),
 ]
 

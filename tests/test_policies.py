@@ -64,7 +64,7 @@ def test_exported_policy_loads_without_algorithm_code(tmp_path):
         assert torch.equal(p.act(x), want)
         bad = sorted(m for m in sys.modules if m.split('.')[0] in ('sim', 'real', 'mujoco', 'lerobot')
                      or m.startswith('robot_rl.algos') or m.startswith('robot_rl.runners')
-                     or m in ('robot_rl.checkpoint', 'robot_rl.critics', 'hydra'))
+                     or m in ('robot_rl.checkpoint', 'robot_rl.models.critics', 'hydra'))
         assert not bad, bad
         print('ok')
     """)

@@ -23,12 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from policies import keys
 from policies.modules.flash import project_to_unit_norm
 from policies.tanh_gaussian import TanhGaussianPolicy
-from robot_rl import keys, returns
+from robot_rl import returns
 from robot_rl.algos.guard import NonFiniteGuard
 from robot_rl.buffers.replay import ReplayBuffer, sample_mixed
-from robot_rl.q_critics import CategoricalQ
+from robot_rl.models.q_critics import CategoricalQ
 
 
 @dataclass

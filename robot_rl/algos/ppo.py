@@ -18,7 +18,7 @@ from policies.gaussian import GaussianPolicy
 from robot_rl import returns
 from robot_rl.algos.guard import NonFiniteGuard
 from robot_rl.buffers.rollout import RolloutBuffer
-from robot_rl.critics import MLPCritic
+from robot_rl.models.critics import MLPCritic
 
 SCHEDULES = ("adaptive", "fixed")
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from robot_rl import keys, returns
+from policies import keys
+from robot_rl import returns
 
 Batch = dict[str, Any]
 

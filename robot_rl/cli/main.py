@@ -49,11 +49,11 @@ def _seed_everything(seed: int) -> None:
 
 def _build_ppo(algo_raw: dict[str, Any], env: Any, device: Any) -> tuple[Any, int]:
     """PPO with a Gaussian actor on the ``policy`` group and an MLP critic on ``critic`` (else ``policy``)."""
+    from policies import keys
     from policies.gaussian import GaussianPolicy, GaussianPolicyConfig
-    from robot_rl import keys
     from robot_rl.algos.ppo import PPO, PPOConfig
     from robot_rl.cli.config import typed
-    from robot_rl.critics import CriticConfig, MLPCritic
+    from robot_rl.models.critics import CriticConfig, MLPCritic
 
     shapes = env.obs_spec.shapes
     critic_key = keys.CRITIC if keys.CRITIC in shapes else keys.POLICY

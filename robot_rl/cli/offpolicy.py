@@ -6,14 +6,14 @@ from typing import Any
 
 import torch
 
+from policies import keys
 from policies.tanh_gaussian import TanhGaussianPolicy, TanhGaussianPolicyConfig
-from robot_rl import keys
 from robot_rl.algos.flashsac import FlashSAC, FlashSACConfig
 from robot_rl.checkpoint import CheckpointManager
 from robot_rl.cli.config import typed
 from robot_rl.env import VecEnv
 from robot_rl.logging import RunLogger
-from robot_rl.q_critics import CategoricalQ, CategoricalQConfig
+from robot_rl.models.q_critics import CategoricalQ, CategoricalQConfig
 from robot_rl.runners.off_policy import OffPolicyRunner, OffPolicyRunnerConfig
 
 

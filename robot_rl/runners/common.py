@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from robot_rl import keys
+from policies import keys
 from robot_rl.algos.guard import NonFiniteError
 from robot_rl.checkpoint import Checkpoint, CheckpointManager, rng_state, set_rng_state
 from robot_rl.env import Obs, VecEnv

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from robot_rl import keys
+from policies import keys
 from robot_rl.algos.flashsac import FlashSAC
 from robot_rl.buffers.replay import ReplayBuffer
 from robot_rl.checkpoint import Checkpoint, CheckpointManager

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from robot_rl import keys
+from policies import keys
 from robot_rl.algos.ppo import PPO
 from robot_rl.buffers.rollout import RolloutBuffer
 from robot_rl.checkpoint import Checkpoint, CheckpointManager

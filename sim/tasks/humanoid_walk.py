@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import mujoco
 import torch
 
-from robot_rl import keys
+from policies import keys
 from robot_rl.env import Obs, ObsSpec
 from sim.core import SimState, Task
 from sim.robot_description import LeggedRobotDescription

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import mujoco
 import torch
 
-from robot_rl import keys
+from policies import keys
 from robot_rl.env import Obs, ObsSpec
 from sim import so101
 from sim.core import SimState, Task

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from robot_rl import keys
+from policies import keys
 from sim.core import MujocoFamilyEnv
 
 

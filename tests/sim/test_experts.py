@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from robot_rl import keys
+from policies import keys
 from sim.core import SimConfig
 from sim.experts import make_expert
 from sim.registry import make_env

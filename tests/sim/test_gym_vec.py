@@ -2,7 +2,7 @@
 
 import torch
 
-from robot_rl import keys
+from policies import keys
 from sim.gym_vec import GymVecEnv
 
 

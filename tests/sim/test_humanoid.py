@@ -8,7 +8,7 @@ import mujoco
 import pytest
 import torch
 
-from robot_rl import keys
+from policies import keys
 from sim.core import SimConfig
 from sim.registry import make_env, task_config
 from sim.tasks import humanoid_walk as hw

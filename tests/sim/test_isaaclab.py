@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import torch
 
-from robot_rl import keys
+from policies import keys
 from sim.isaaclab import IsaacLabVecEnv, make_isaaclab_env
 from tests.sim._fake_isaaclab import STAND_IN_ID, FakeEnvCfg, FakeIsaacLabEnv, make_stand_in_isaaclab
 
@@ -183,9 +183,9 @@ def test_ppo_trains_through_the_adapter(tmp_path):
     from policies import GaussianPolicy, GaussianPolicyConfig
     from robot_rl.algos.ppo import PPO, PPOConfig
     from robot_rl.checkpoint import CheckpointManager
-    from robot_rl.critics import CriticConfig, MLPCritic
     from robot_rl.evaluation import evaluate
     from robot_rl.logging import LoggerConfig, RunLogger
+    from robot_rl.models.critics import CriticConfig, MLPCritic
     from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
 
     torch.manual_seed(0)
@@ -311,8 +311,8 @@ def test_real_isaaclab_cartpole_trains_through_the_adapter(tmp_path, cartpole_as
     from policies import GaussianPolicy, GaussianPolicyConfig
     from robot_rl.algos.ppo import PPO, PPOConfig
     from robot_rl.checkpoint import CheckpointManager
-    from robot_rl.critics import CriticConfig, MLPCritic
     from robot_rl.logging import LoggerConfig, RunLogger
+    from robot_rl.models.critics import CriticConfig, MLPCritic
     from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
 
     device = "cuda:0" if torch.cuda.is_available() else "cpu"

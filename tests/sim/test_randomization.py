@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from robot_rl import keys
+from policies import keys
 from sim.core import SimConfig
 from sim.randomization import RandomizationConfig
 from sim.registry import make_env

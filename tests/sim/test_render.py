@@ -2,7 +2,7 @@
 
 import torch
 
-from robot_rl import keys
+from policies import keys
 from sim.core import SimConfig
 from sim.registry import make_env, task_config
 

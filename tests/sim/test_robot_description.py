@@ -9,7 +9,7 @@ import mujoco
 import pytest
 import torch
 
-from robot_rl import keys
+from policies import keys
 from sim.core import SimConfig
 from sim.registry import config_from_dict, make_env, make_task, task_config
 from sim.robot_description import ASSETS, LeggedRobotDescription

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from policies import keys
 from policies.modules.flash import FlashNet
-from robot_rl import keys
 
 
 @dataclass

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from policies import keys
 from policies.mlp import mlp
 from policies.normalizer import EmpiricalNormalizer
-from robot_rl import keys
 
 
 @dataclass
