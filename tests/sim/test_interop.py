@@ -9,7 +9,8 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 import sim  # noqa: F401  (registers the gymnasium ids)
-from sim.core import SimConfig
+from policies import keys
+from sim.config import SimConfig
 from sim.gym import GYM_IDS, sb3_vec_env
 from sim.registry import make_env
 
@@ -20,7 +21,7 @@ def test_gymnasium_env_checker_passes(env_id):
     check_env(env.unwrapped, skip_render_check=True)
     obs, _ = env.reset(seed=3)
     assert env.observation_space.contains(obs)
-    obs, r, term, trunc, info = env.step(env.action_space.sample())
+    obs, r, _term, _trunc, info = env.step(env.action_space.sample())
     assert np.isfinite(obs).all() and isinstance(r, float) and "is_success" in info
     env.close()
 
@@ -55,24 +56,35 @@ def test_sb3_ppo_trains_a_few_hundred_steps_on_our_batched_env():
     assert model.num_timesteps >= 512
     obs = venv.reset()
     action, _ = model.predict(obs, deterministic=True)
-    obs, rew, done, infos = venv.step(action)
+    obs, rew, _done, infos = venv.step(action)
     assert obs.shape == (8, 27) and rew.shape == (8,) and len(infos) == 8
     venv.close()
 
 
 def test_sb3_adapter_reports_terminal_observation_and_timeouts():
+    """At a time-out SB3 gets the episode's true last observation in ``terminal_observation`` (what it bootstraps
+    from) and the first observation of the next episode as the step's observation: compared with our env run
+    alongside on the same seed and actions."""
+    ours = make_env("so101_reach", SimConfig(num_envs=2))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # SB3 warns when it cannot read a render_mode
         venv = sb3_vec_env(make_env("so101_reach", SimConfig(num_envs=2), None))
-    venv.venv.max_episode_length = 2
+    ours.max_episode_length = venv.venv.max_episode_length = 2
+    ours.reset(seed=0)
     venv.seed(0)
     venv.reset()
-    venv.step(np.zeros((2, 6), dtype=np.float32))
-    obs, rew, done, infos = venv.step(np.zeros((2, 6), dtype=np.float32))
-    assert done.all()
-    for info in infos:
-        assert info["TimeLimit.truncated"] and info["terminal_observation"].shape == (27,)
-        assert "episode" in info
+    actions = [np.full((2, 6), 0.5, dtype=np.float32), np.array([[0.8, -0.6, 0.4, 0.2, -0.3, 0.1]] * 2, np.float32)]
+    for a in actions:
+        o_ours, _, _, trunc, info_ours = ours.step(torch.as_tensor(a))
+        obs, _rew, done, infos = venv.step(a)
+    assert done.all() and trunc.all()
+    final = info_ours[keys.FINAL_OBS][keys.POLICY].numpy()
+    np.testing.assert_array_equal(obs, o_ours[keys.POLICY].numpy())  # the next episode's first observation
+    for i, info in enumerate(infos):
+        assert info["TimeLimit.truncated"] and "episode" in info
+        np.testing.assert_array_equal(info["terminal_observation"], final[i])
+        assert np.abs(info["terminal_observation"] - obs[i]).max() > 1e-3  # not the reset observation
+    venv.close()
 
 
 def test_sb3_vec_env_matches_our_env_step_for_step():
@@ -96,10 +108,10 @@ def test_gymnasium_episode_end_reports_the_episode_outcome():
 
     env = gymnasium.make("robot_rl/SO101Reach-v0", episode_length=80, terminate_on_success=False)
     expert = make_expert(env.unwrapped.venv)
-    env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     info = {"is_success": False}
-    while not info["is_success"]:
-        _, _, _, trunc, info = env.step(expert.act()[0].numpy())
+    while not info["is_success"]:  # the expert reads the policy observation the gymnasium env returns
+        obs, _, _, trunc, info = env.step(expert.act({keys.POLICY: torch.as_tensor(obs)[None]})[0].numpy())
         assert not trunc, "the expert did not reach the target in 80 steps"
     away, trunc = [], False
     while not trunc:

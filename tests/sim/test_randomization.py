@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from policies import keys
-from sim.core import SimConfig
+from sim.config import SimConfig
 from sim.randomization import RandomizationConfig
 from sim.registry import make_env
 
-DR = dict(friction=[0.5, 1.5], mass=[0.8, 1.2], com_offset=0.005, joint_damping=[0.5, 2.0], armature=[0.8, 1.2],
-          actuator_gain=[0.7, 1.3], camera_pos_jitter=0.01, light_scale=[0.6, 1.0])
+DR = {"friction": [0.5, 1.5], "mass": [0.8, 1.2], "com_offset": 0.005, "joint_damping": [0.5, 2.0],
+      "armature": [0.8, 1.2], "actuator_gain": [0.7, 1.3], "camera_pos_jitter": 0.01, "light_scale": [0.6, 1.0]}
 
 
 def _env(seed=0, n=4, **dr):
@@ -70,10 +70,21 @@ def test_action_latency_delays_the_command():
 
 
 def test_observation_noise_only_on_the_policy_group():
-    env = make_env("so101_lift", SimConfig(num_envs=3, randomization=RandomizationConfig(obs_noise=0.05)))
-    obs, _ = env.reset(seed=0)
-    diff = obs[keys.POLICY] - obs[keys.CRITIC][:, : obs[keys.POLICY].shape[1]]
-    assert 0.02 < diff.std() < 0.08
+    """Against a noise-free env on the same seed and actions: the critic group is bit for bit the noise-free one,
+    the policy group differs by zero-mean noise of the configured scale (0.05)."""
+    noisy = make_env("so101_lift", SimConfig(num_envs=8, randomization=RandomizationConfig(obs_noise=0.05)))
+    clean = make_env("so101_lift", SimConfig(num_envs=8))
+    pairs = [(noisy.reset(seed=0)[0], clean.reset(seed=0)[0])]
+    action = torch.linspace(-0.8, 0.8, 6).expand(8, 6)
+    for _ in range(3):  # no episode ends (150 steps), so the noise draws move no reset
+        pairs.append((noisy.step(action)[0], clean.step(action)[0]))
+    diffs = []
+    for o_noisy, o_clean in pairs:
+        assert torch.equal(o_noisy[keys.CRITIC], o_clean[keys.CRITIC])
+        diffs.append(o_noisy[keys.POLICY] - o_clean[keys.POLICY])
+    d = torch.stack(diffs)  # [4, 8, 33]
+    assert 0.045 < d.std() < 0.055 and d.mean().abs() < 0.01, (d.std(), d.mean())
+    assert (d != 0).all()  # every element of the policy group is noised
 
 
 def test_randomized_env_resumes_exactly():
@@ -115,7 +126,7 @@ def test_colors_are_randomized_for_the_renderer_only():
     assert (frames[0][0] - frames[2][0]).abs().mean() > 1.0 and (frames[0][0] - frames[0][1]).abs().mean() > 1.0
 
 
-@pytest.mark.parametrize("bad", [dict(friction=[1.5, 0.5]), dict(obs_noise=-1.0), dict(action_latency=[0])])
+@pytest.mark.parametrize("bad", [{"friction": [1.5, 0.5]}, {"obs_noise": -1.0}, {"action_latency": [0]}])
 def test_bad_ranges_are_refused(bad):
     with pytest.raises(ValueError, match="randomization"):
         RandomizationConfig(**bad)
