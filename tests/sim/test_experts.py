@@ -1,34 +1,42 @@
-"""The scripted IK experts solve their tasks: >= 95% success over 100 seeded episodes each."""
+"""The scripted IK experts solve their tasks: at least 99 of 100 seeded episodes each (the README's claim)."""
 
 import pytest
 import torch
 
 from policies import keys
-from sim.core import SimConfig
+from sim.config import SimConfig
 from sim.experts import make_expert
 from sim.registry import make_env
 
 
-def success_rate(task: str, episodes: int = 100, num_envs: int = 20, seed: int = 0) -> float:
+def first_episode_successes(task: str, num_envs: int = 100, seed: int = 0) -> torch.Tensor:
+    """bool [num_envs]: whether each env's first episode after ``reset(seed)`` succeeded. Exactly one episode per
+    env, so short (successful) episodes count no more often than long ones."""
     env = make_env(task, SimConfig(num_envs=num_envs, num_threads=2, seed=seed))
     expert = make_expert(env)
-    env.reset(seed=seed)
-    outcomes: list[bool] = []
-    started = torch.ones(num_envs, dtype=torch.bool)  # count only episodes that began after reset(seed)
-    while len(outcomes) < episodes:
-        _, _, terminated, truncated, info = env.step(expert.act())
-        done = terminated | truncated
-        for i in done.nonzero().flatten().tolist():
-            if started[i]:
-                outcomes.append(bool(info[keys.EPISODE][keys.EP_SUCCESS][i]))
+    obs, _ = env.reset(seed=seed)
+    expert.reset()
+    finished = torch.zeros(num_envs, dtype=torch.bool)
+    success = torch.zeros(num_envs, dtype=torch.bool)
+    for _ in range(env.max_episode_length):
+        obs, _, terminated, truncated, info = env.step(expert.act(obs))
+        done = (terminated | truncated).cpu()
+        first = done & ~finished
+        if first.any():
+            success[first] = info[keys.EPISODE][keys.EP_SUCCESS].cpu()[first]
+            finished |= done
+        if finished.all():
+            break
+        expert.reset(done.nonzero().flatten())  # envs past their first episode go on; they are not counted
     env.close()
-    return sum(outcomes[:episodes]) / episodes
+    assert finished.all(), "every episode ends within the time limit"
+    return success
 
 
 @pytest.mark.parametrize("task", ["so101_reach", "so101_lift", "so101_push"])
 def test_expert_success_rate(task):
-    rate = success_rate(task)
-    assert rate >= 0.95, f"{task} expert succeeded in {rate:.0%} of 100 episodes"
+    wins = int(first_episode_successes(task).sum())
+    assert wins >= 99, f"{task} expert succeeded in {wins} of 100 episodes"
 
 
 def test_random_actions_rarely_succeed():
