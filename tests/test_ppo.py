@@ -1,17 +1,17 @@
-"""PPO: learns a trivial task, guards against non-finite updates, runs a few iterations on so101_reach."""
+"""PPO: learns a trivial task, guards against non-finite updates, resumes exactly, runs a few iterations on
+so101_reach."""
 
 import pytest
 import torch
 
-from policies import GaussianPolicy, GaussianPolicyConfig
-from robot_rl import keys
+from policies import GaussianPolicy, GaussianPolicyConfig, keys
 from robot_rl.algos.guard import NonFiniteError
 from robot_rl.algos.ppo import PPO, PPOConfig, gaussian_kl
 from robot_rl.buffers.rollout import RolloutBuffer
-from robot_rl.checkpoint import CheckpointManager, flatten_tree
-from robot_rl.critics import CriticConfig, MLPCritic
+from robot_rl.checkpoint import CheckpointManager, flatten_tree, load_checkpoint
 from robot_rl.evaluation import evaluate
 from robot_rl.logging import LoggerConfig, RunLogger
+from robot_rl.models.critics import CriticConfig, MLPCritic
 from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
 from tests._toy_envs import PointMassEnv
 
@@ -43,15 +43,16 @@ def test_ppo_solves_point_mass(tmp_path):
 
 
 def _filled_buffer(env, algo, num_steps=8) -> RolloutBuffer:
-    buf = RolloutBuffer(num_steps, env.num_envs, env.obs_spec.shapes, env.action_dim, "cpu")
+    buf = RolloutBuffer(num_steps, env.num_envs, env.obs_spec.shapes, env.action_dim, "cpu",
+                        extras=algo.rollout_fields)
     obs, _ = env.reset(seed=0)
     for _ in range(num_steps):
-        out = algo.act(obs)
-        obs2, reward, term, trunc, info = env.step(out.action)
+        action, extras = algo.act(obs)
+        obs2, reward, term, trunc, info = env.step(action)
         reward = algo.bootstrap_time_outs(reward, trunc, info[keys.FINAL_OBS])
-        buf.add(obs, out.action, out.log_prob, out.value, out.mean, out.std, reward, term | trunc)
+        buf.add(obs, action, reward, term | trunc, extras)
         obs = obs2
-    buf.compute_returns(algo.value(obs), algo.cfg.gamma, algo.cfg.lam)
+    algo.finish_rollout(buf, obs)
     return buf
 
 
@@ -125,7 +126,7 @@ def test_adaptive_lr_moves_within_bounds():
 
 
 def test_ppo_smoke_so101_reach(tmp_path):
-    from sim.core import SimConfig
+    from sim.config import SimConfig
     from sim.registry import make_env, task_config
 
     torch.manual_seed(0)
@@ -138,3 +139,38 @@ def test_ppo_smoke_so101_reach(tmp_path):
     for k in ("loss/surrogate", "loss/value", "kl", "learning_rate", "perf/fps", "reward/distance"):
         assert k in stats and torch.isfinite(torch.tensor(stats[k])), k
     assert runner.checkpoints.latest().name == "iter_00000003"
+
+
+def test_restore_continues_from_the_checkpoint_bitwise(tmp_path):
+    """6 iterations straight vs 3 iterations, a fresh runner restored from the checkpoint, 3 more: the restored
+    runner starts at iteration 3, runs only the 3 left, and ends in the same bits (learner, env, observations)."""
+    torch.use_deterministic_algorithms(True)
+    try:
+        def build(folder, iterations):
+            torch.manual_seed(0)
+            env = PointMassEnv(num_envs=16)
+            return make_runner(env, make_ppo(env), folder, total_steps=16 * 8 * iterations, num_steps=8, every=1)
+
+        straight = build(tmp_path / "a", 6)
+        straight.learn()
+
+        build(tmp_path / "b", 3).learn()
+        resumed = build(tmp_path / "b", 6)
+        torch.manual_seed(123)  # the resumed process is in other RNG states: the checkpoint must restore them
+        resumed.restore(load_checkpoint(tmp_path / "b" / "ckpt"))
+        assert (resumed.iteration, resumed.env_steps) == (3, 16 * 8 * 3)
+        ran = []
+        run_iteration = resumed.run_iteration
+        resumed.run_iteration = lambda: ran.append(resumed.iteration) or run_iteration()
+        resumed.learn()
+        assert ran == [3, 4, 5]  # the iterations left, not a fresh start and none redone
+
+        assert resumed.iteration == straight.iteration == 6 and resumed.algo.learning_rate == straight.algo.learning_rate
+        a = flatten_tree({"algo": straight.algo.state_dict(), "obs": straight.obs, "env": straight.env.state_dict(),
+                          "stats": straight.stats.state_dict()})
+        b = flatten_tree({"algo": resumed.algo.state_dict(), "obs": resumed.obs, "env": resumed.env.state_dict(),
+                          "stats": resumed.stats.state_dict()})
+        _assert_bitwise_equal(a, b)
+        assert any(k.startswith("/algo/optimizer/state") for k in a[0])  # Adam's moments are among them
+    finally:
+        torch.use_deterministic_algorithms(False)
