@@ -1,4 +1,9 @@
-"""A deployable policy on disk: a folder with ``config.json`` (its type and config) and ``model.safetensors``."""
+"""A deployable policy on disk: a folder with ``config.json`` (its type and config) and ``model.safetensors``.
+
+Loading refuses, with one ``PolicyFileError`` naming the file, anything that is not exactly what ``save_policy``
+wrote for that policy: a config that is not a JSON object of the config's fields, a malformed safetensors file
+(``policies/safetensors_check.py``), or weights whose names, shapes or dtypes differ from the policy's.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
+
+from policies.safetensors_check import MalformedFileError, load_safetensors
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+
+
+class PolicyFileError(MalformedFileError):
+    """An exported policy folder whose config or weights are malformed or do not fit each other (path, problem)."""
 
 
 def save_policy(policy: torch.nn.Module, type_name: str, cfg: Any, path: str | Path) -> None:
@@ -23,12 +34,50 @@ def save_policy(policy: torch.nn.Module, type_name: str, cfg: Any, path: str | P
               str(path / WEIGHTS_FILE))
 
 
+def read_config(path: str | Path) -> dict[str, Any]:
+    """``config.json`` of a policy folder as a dict; a ``PolicyFileError`` when it is not a JSON object."""
+    file = Path(path) / CONFIG_FILE
+    try:
+        raw = json.loads(file.read_bytes())
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise PolicyFileError(file, f"not JSON ({type(e).__name__}: {str(e)[:120]})") from None
+    if not isinstance(raw, dict):
+        raise PolicyFileError(file, f"holds a JSON {type(raw).__name__}, not an object")
+    return raw
+
+
+def check_weights(expected: dict[str, torch.Tensor], got: dict[str, torch.Tensor], path: str | Path) -> None:
+    """Refuse weights that ``load_state_dict`` would refuse (missing / unexpected names, other shapes) or would
+    silently cast (another dtype): ``expected`` is the freshly built policy's state dict."""
+    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+    if missing or extra:
+        raise PolicyFileError(path, f"tensor names differ from the policy's: missing {missing[:5]}, "
+                                    f"unexpected {extra[:5]}")
+    for name, want in expected.items():
+        have = got[name]
+        if have.shape != want.shape or have.dtype != want.dtype:
+            raise PolicyFileError(path, f"tensor {name!r} is {have.dtype} {list(have.shape)}, the policy's config "
+                                        f"gives {want.dtype} {list(want.shape)}")
+
+
 def load_policy_as(cls: Any, cfg_cls: Any, path: str | Path, device: str | torch.device = "cpu") -> Any:
-    """A policy of class ``cls`` saved by ``save_policy``, in eval mode; refuses a folder of another type."""
+    """A policy of class ``cls`` saved by ``save_policy``, in eval mode; refuses a folder of another type.
+
+    Raises:
+        PolicyFileError: the config or the weights are malformed, or do not fit each other.
+    """
     path = Path(path)
-    raw = json.loads((path / CONFIG_FILE).read_text())
+    raw = read_config(path)
     if raw.pop("type", cls.type_name) != cls.type_name:
-        raise ValueError(f"{path / CONFIG_FILE} is not a {cls.type_name!r} policy")
-    policy = cls(cfg_cls(**raw))
-    policy.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
+        raise PolicyFileError(path / CONFIG_FILE, f"is not a {cls.type_name!r} policy")
+    try:
+        cfg = cfg_cls(**raw)
+        with torch.device("meta"):  # shapes and dtypes only: a config asking for huge layers allocates nothing
+            expected = cls(cfg).state_dict()
+    except (TypeError, ValueError, KeyError) as e:
+        raise PolicyFileError(path / CONFIG_FILE, f"not a valid {cls.type_name!r} config: {str(e)[:200]}") from None
+    weights = load_safetensors(path / WEIGHTS_FILE, PolicyFileError)
+    check_weights(expected, weights, path / WEIGHTS_FILE)
+    policy = cls(cfg)
+    policy.load_state_dict(weights)
     return policy.to(device).eval()

@@ -11,9 +11,16 @@ Layout of a run's ``checkpoints/`` folder::
     latest                  name of the newest complete checkpoint (swapped with os.replace after fsync)
     best                    name of the best-scoring one (kept out of the keep-last-K pruning)
 
-A checkpoint is written into ``.tmp-*`` first (every file fsynced), then renamed; orphan ``.tmp-*`` folders of a
-killed writer are deleted when a ``CheckpointManager`` starts. Loading refuses any file that is not
-safetensors or JSON (``UnsafeCheckpointError``: nothing is ever unpickled) and any file whose hash differs.
+A checkpoint is written into ``.tmp-*`` first (every file fsynced), then renamed; a write that fails removes its
+``.tmp-*`` folder, and orphans of a killed writer are deleted by ``remove_partial_writes`` (a run calls it before it
+writes anything else, and so does a ``CheckpointManager`` when it starts). A write that fails (no space left, a
+read-only disk) is an ``OutputWriteError`` naming the file, the OS error and the last good checkpoint.
+
+Loading raises one error type, ``CheckpointError`` (a ``policies.safetensors_check.MalformedFileError``), for every
+way a checkpoint can be bad: ``UnsafeCheckpointError`` for anything but safetensors or JSON (nothing is ever
+unpickled), ``CorruptCheckpointError`` for a missing manifest or a hash that differs, and ``CheckpointError`` itself
+for content that is malformed although its hash matches (a bad safetensors header, dtype, shape, a tensor missing
+from or not named in the state tree, JSON that is not what was written).
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
+
+from policies.safetensors_check import MalformedFileError, load_safetensors
 
 if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 10):  # CVE-2025-32434, CVE-2026-24747
     raise ImportError(f"robot_rl needs torch>=2.10 (hardened weights_only loading), found {torch.__version__}")
@@ -50,12 +58,46 @@ SAFE_SUFFIXES = (".safetensors", ".json")
 _TMP = ".tmp-"
 
 
-class UnsafeCheckpointError(Exception):
+class CheckpointError(MalformedFileError):
+    """A checkpoint that cannot be used, built as ``CheckpointError(path, problem)``: ``path`` is the file or folder
+    at fault. A command line catches this (or its base ``MalformedFileError``, which exported policies share)."""
+
+
+class UnsafeCheckpointError(CheckpointError):
     """The path holds something other than safetensors + JSON (a pickle, a .pt, an SB3 zip): refused unread."""
 
 
-class CorruptCheckpointError(Exception):
+class CorruptCheckpointError(CheckpointError):
     """The checkpoint is incomplete (no manifest) or a file's sha256 differs from the manifest."""
+
+
+class OutputWriteError(Exception):
+    """A write the run cannot go on without (a checkpoint, the learning curve) failed: no space left, a read-only or
+    vanished disk. Any writer whose loss must stop the work can raise it (a dataset recorder: ``last_good`` then
+    names the last episode saved).
+
+    Args:
+        path: the file or folder being written.
+        cause: the OS error (``errno``, ``strerror``).
+        last_good: what is intact and how to continue (``resume_hint``); None when the writer does not know, for
+            the runner to fill in.
+    """
+
+    def __init__(self, path: str | Path, cause: OSError, last_good: str | None = None) -> None:
+        super().__init__(str(path), cause, last_good)
+        self.path, self.cause, self.last_good = Path(path), cause, last_good
+
+    def __str__(self) -> str:
+        why = self.cause.strerror or str(self.cause)
+        code = f" [errno {self.cause.errno}]" if self.cause.errno is not None else ""
+        return f"could not write {self.path}: {why}{code}" + (f"; {self.last_good}" if self.last_good else "")
+
+
+def resume_hint(latest: Path | None) -> str:
+    """The part of a write error that says where to continue from: the last good checkpoint, if any."""
+    if latest is None:
+        return "no checkpoint has been written yet, so the run cannot be resumed"
+    return f"the last good checkpoint is {latest}; once there is space, continue with resume={latest}"
 
 
 class ResumeMismatchError(ValueError):
@@ -98,7 +140,12 @@ def flatten_tree(tree: Any, prefix: str = "") -> tuple[dict[str, torch.Tensor], 
 
 
 def unflatten_tree(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
-    """Inverse of ``flatten_tree``."""
+    """Inverse of ``flatten_tree``.
+
+    Raises:
+        KeyError, TypeError, ValueError: for a skeleton that ``flatten_tree`` did not write (``load_checkpoint``
+            turns these into a ``CheckpointError``).
+    """
     if isinstance(skeleton, list):
         return [unflatten_tree(v, tensors) for v in skeleton]
     if not isinstance(skeleton, dict):
@@ -114,7 +161,7 @@ def unflatten_tree(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
         return tuple(unflatten_tree(v, tensors) for v in skeleton["items"])
     if kind == "float":
         return float(skeleton["value"])
-    raise CorruptCheckpointError(f"unknown node in checkpoint tree: {str(skeleton)[:80]}")
+    raise ValueError(f"unknown node in the checkpoint tree: {str(skeleton)[:80]}")
 
 
 # ------------------------------------------------------------------------------------------------ RNG
@@ -165,19 +212,60 @@ def _files(root: Path) -> list[Path]:
 
 def _replace_pointer(folder: Path, name: str, target: str) -> None:
     tmp = folder / f"{_TMP}{name}-{uuid.uuid4().hex}"
-    _write_bytes(tmp, target.encode())
-    os.replace(tmp, folder / name)
+    try:
+        _write_bytes(tmp, target.encode())
+        os.replace(tmp, folder / name)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_path(folder)
 
 
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+
+
+def remove_partial_writes(root: str | Path) -> list[Path]:
+    """Delete the ``.tmp-*`` entries in the ``checkpoints/`` folder ``root``: checkpoints, pointers and pruned
+    folders a killed or failed writer left half-written. A run calls this before writing anything else, so that a
+    disk filled by a partial checkpoint has its space back. Returns what was removed."""
+    stale = sorted(Path(root).glob(f"{_TMP}*"))
+    for p in stale:
+        _remove(p)
+    return stale
+
+
 def write_checkpoint(path: Path, state: dict[str, Any], meta: dict[str, Any], policy: Any | None = None) -> Path:
-    """Write one complete checkpoint folder at ``path`` atomically (tmp folder, fsync, rename)."""
+    """Write one complete checkpoint folder at ``path`` atomically (tmp folder, fsync, rename).
+
+    A failure (an ``OSError`` such as no space left, or an interrupt) removes the partial tmp folder and re-raises;
+    an existing checkpoint at ``path`` is then untouched.
+    """
     path = Path(path)
     parent = path.parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = parent / f"{_TMP}{path.name}-{uuid.uuid4().hex}"
-    tmp.mkdir()
     tensors, skeleton = flatten_tree(state)
+    tmp.mkdir()
+    try:
+        _write_tmp(tmp, tensors, skeleton, meta, policy)
+    except BaseException:
+        _remove(tmp)
+        raise
+    if path.exists():  # a resumed run rewriting an iteration it had written before being killed
+        old = parent / f"{_TMP}old-{path.name}-{uuid.uuid4().hex}"
+        os.rename(path, old)
+        os.rename(tmp, path)
+        _remove(old)
+    else:
+        os.rename(tmp, path)
+    _fsync_path(parent)
+    return path
+
+
+def _write_tmp(tmp: Path, tensors: dict[str, torch.Tensor], skeleton: Any, meta: dict[str, Any],
+               policy: Any | None) -> None:
+    """Every file of a checkpoint into the folder ``tmp``, each fsynced, the manifest last."""
     _write_bytes(tmp / STATE_TENSORS, st_save(tensors))
     _write_bytes(tmp / STATE_TREE, json.dumps(skeleton).encode())
     _write_bytes(tmp / META, json.dumps({"format": FORMAT_VERSION, **meta}, indent=2, default=str).encode())
@@ -190,15 +278,6 @@ def write_checkpoint(path: Path, state: dict[str, Any], meta: dict[str, Any], po
                 "files": {p.relative_to(tmp).as_posix(): _sha256(p) for p in _files(tmp)}}
     _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
     _fsync_path(tmp)
-    if path.exists():  # a resumed run rewriting an iteration it had written before being killed
-        old = parent / f"{_TMP}old-{path.name}-{uuid.uuid4().hex}"
-        os.rename(path, old)
-        os.rename(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, path)
-    _fsync_path(parent)
-    return path
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -208,29 +287,51 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
     Raises:
         UnsafeCheckpointError: for a file or folder holding anything but safetensors/JSON (e.g. ``model.pt``).
+        CheckpointError: for a ``latest``/``best`` pointer that does not name a checkpoint folder beside it.
         FileNotFoundError: when no checkpoint is there.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
     if path.is_file() and path.name in (LATEST, BEST):  # a pointer: checkpoints/latest or checkpoints/best
-        return path.parent / path.read_text().strip()
+        return _follow_pointer(path)
     if path.is_file():
         if path.suffix not in SAFE_SUFFIXES:
             raise UnsafeCheckpointError(
-                f"refusing to load {path}: only safetensors + JSON checkpoints are accepted (pickle-based formats "
+                path, "refusing to load: only safetensors + JSON checkpoints are accepted (pickle-based formats "
                 "such as .pt/.pth/.pkl/.ckpt/.zip can execute code when loaded)")
         path = path.parent
     for folder in (path, path / CHECKPOINTS_DIR):
         if (folder / LATEST).is_file():
-            name = (folder / LATEST).read_text().strip()
-            return folder / name
+            return _follow_pointer(folder / LATEST)
     if any((path / f).is_file() for f in (MANIFEST, STATE_TENSORS, STATE_TREE, META)):
         return path  # a checkpoint folder (verify_checkpoint says whether it is complete)
     unsafe = [p.name for p in _files(path) if p.suffix not in SAFE_SUFFIXES and p.name not in (LATEST, BEST)]
     if unsafe:
-        raise UnsafeCheckpointError(f"refusing to load {path}: it holds non-safetensors/JSON files {unsafe[:5]}")
+        raise UnsafeCheckpointError(path, f"refusing to load: it holds non-safetensors/JSON files {unsafe[:5]}")
     raise FileNotFoundError(f"no checkpoint in {path} (no {MANIFEST}, no '{LATEST}' pointer)")
+
+
+def _follow_pointer(pointer: Path) -> Path:
+    """The checkpoint folder a ``latest``/``best`` file names: a plain name of a sibling folder, nothing else."""
+    try:
+        name = pointer.read_bytes()[:256].decode("ascii").strip()
+    except UnicodeDecodeError:
+        name = ""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or not (pointer.parent / name).is_dir():
+        raise CheckpointError(pointer, "does not name a checkpoint folder beside it")
+    return pointer.parent / name
+
+
+def read_json(path: Path, error: type[CheckpointError] = CheckpointError) -> dict[str, Any]:
+    """A JSON object from a checkpoint file; ``error(path, ...)`` when it is not one (bad UTF-8, bad JSON, a list)."""
+    try:
+        value = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        raise error(path, f"not JSON ({type(e).__name__}: {str(e)[:120]})") from None
+    if not isinstance(value, dict):
+        raise error(path, f"holds a JSON {type(value).__name__}, not an object")
+    return value
 
 
 def verify_checkpoint(path: Path) -> dict[str, str]:
@@ -238,16 +339,18 @@ def verify_checkpoint(path: Path) -> dict[str, str]:
     files = _files(path)
     unsafe = [p.relative_to(path).as_posix() for p in files if p.suffix not in SAFE_SUFFIXES or p.is_symlink()]
     if unsafe:
-        raise UnsafeCheckpointError(f"refusing to load {path}: non-safetensors/JSON files or links {unsafe[:5]}")
+        raise UnsafeCheckpointError(path, f"refusing to load: non-safetensors/JSON files or links {unsafe[:5]}")
     if not (path / MANIFEST).is_file():
-        raise CorruptCheckpointError(f"{path} has no {MANIFEST}: the checkpoint is incomplete")
-    listed = json.loads((path / MANIFEST).read_text())["files"]
+        raise CorruptCheckpointError(path, f"has no {MANIFEST}: the checkpoint is incomplete")
+    listed = read_json(path / MANIFEST, CorruptCheckpointError).get("files")
+    if not isinstance(listed, dict) or not all(isinstance(v, str) for v in listed.values()):
+        raise CorruptCheckpointError(path / MANIFEST, "'files' must map each file to its sha256")
     present = {p.relative_to(path).as_posix() for p in files} - {MANIFEST}
     if present != set(listed):
-        raise CorruptCheckpointError(f"{path}: files {sorted(present ^ set(listed))} differ from the manifest")
+        raise CorruptCheckpointError(path, f"files {sorted(present ^ set(listed))[:5]} differ from the manifest")
     for rel, digest in listed.items():
         if _sha256(path / rel) != digest:
-            raise CorruptCheckpointError(f"{path / rel}: sha256 differs from the manifest (corrupted)")
+            raise CorruptCheckpointError(path / rel, "sha256 differs from the manifest (corrupted)")
     return listed
 
 
@@ -263,18 +366,55 @@ class Checkpoint:
 
 
 def load_meta(path: str | Path) -> tuple[Path, dict[str, Any]]:
-    """Resolve and verify a checkpoint; return its folder and meta.json (no tensors read)."""
+    """Resolve and verify a checkpoint; return its folder and meta.json (no tensors read).
+
+    Raises:
+        CheckpointError: (or a subclass) for anything wrong with the checkpoint; FileNotFoundError when none is there.
+    """
     folder = resolve_checkpoint(path)
     verify_checkpoint(folder)
-    return folder, json.loads((folder / META).read_text())
+    meta = read_json(folder / META)
+    if meta.get("format") != FORMAT_VERSION:
+        raise CheckpointError(folder / META, f"format {str(meta.get('format'))[:20]} is not {FORMAT_VERSION}")
+    return folder, meta
+
+
+def _tensor_keys(skeleton: Any, out: set[str]) -> set[str]:
+    """The tensor names a state tree skeleton refers to (every ``key`` of a tensor or array node)."""
+    if isinstance(skeleton, list):
+        for v in skeleton:
+            _tensor_keys(v, out)
+    elif isinstance(skeleton, dict):
+        if skeleton.get("__type__") in ("tensor", "ndarray"):
+            out.add(skeleton.get("key"))
+        for v in skeleton.get("items", ()) if isinstance(skeleton.get("items"), list) else ():
+            _tensor_keys(v, out)
+    return out
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Resolve, verify and read a checkpoint. Only safetensors and JSON are parsed; nothing is unpickled."""
+    """Resolve, verify and read a checkpoint. Only safetensors and JSON are parsed; nothing is unpickled.
+
+    Raises:
+        CheckpointError: (or a subclass) for anything wrong with the checkpoint, including tensors the state tree
+            does not name or names that are not in ``state.safetensors``.
+        FileNotFoundError: when no checkpoint is there.
+    """
     folder, meta = load_meta(path)
-    tensors = st_load((folder / STATE_TENSORS).read_bytes())
-    skeleton = json.loads((folder / STATE_TREE).read_text())
-    return Checkpoint(folder, unflatten_tree(skeleton, tensors), meta)
+    tensors = load_safetensors(folder / STATE_TENSORS, CheckpointError)
+    file = folder / STATE_TREE
+    try:
+        skeleton = json.loads(file.read_bytes())
+        named = _tensor_keys(skeleton, set())
+        if named != set(tensors):
+            raise ValueError(f"the tree names tensors {sorted(map(str, named - set(tensors)))[:5]} that "
+                             f"{STATE_TENSORS} lacks, and omits {sorted(set(tensors) - named)[:5]} that it holds")
+        state = unflatten_tree(skeleton, tensors)
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as e:
+        raise CheckpointError(file, f"not a state tree this loader wrote ({type(e).__name__}: {str(e)[:200]})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(file, f"the state tree is a {type(state).__name__}, not a dict")
+    return Checkpoint(folder, state, meta)
 
 
 def check_resume_compatible(meta: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -304,14 +444,13 @@ class CheckpointManager:
         if keep_last < 1:
             raise ValueError(f"checkpoint.keep_last must be >= 1, got {keep_last}")
         self.root, self.keep_last = Path(root), keep_last
+        remove_partial_writes(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
-        for p in self.root.glob(f"{_TMP}*"):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
         self.best_score = -math.inf
         best = self.best()
         if best is not None and (best / META).is_file():
-            score = json.loads((best / META).read_text()).get("score")
-            self.best_score = -math.inf if score is None else float(score)
+            score = read_json(best / META).get("score")
+            self.best_score = float(score) if isinstance(score, int | float) else -math.inf
 
     def _pointer(self, name: str) -> Path | None:
         f = self.root / name
@@ -328,14 +467,23 @@ class CheckpointManager:
 
     def save(self, iteration: int, state: dict[str, Any], meta: dict[str, Any], policy: Any | None = None,
              score: float | None = None) -> Path:
-        """Write checkpoint ``iteration``, swap ``latest`` (and ``best`` if ``score`` beats it), then prune."""
+        """Write checkpoint ``iteration``, swap ``latest`` (and ``best`` if ``score`` beats it), then prune.
+
+        Raises:
+            OutputWriteError: the write failed (no space left, a read-only disk); the partial folder is removed
+                and ``latest`` still names the previous checkpoint, which the error names too.
+        """
         name = f"iter_{iteration:08d}"
-        path = write_checkpoint(self.root / name, state, {**meta, "iteration": iteration, "score": score}, policy)
-        _replace_pointer(self.root, LATEST, name)
-        if score is not None and math.isfinite(score) and score > self.best_score:
-            self.best_score = score
-            _replace_pointer(self.root, BEST, name)
-        self._prune()
+        try:
+            path = write_checkpoint(self.root / name, state, {**meta, "iteration": iteration, "score": score},
+                                    policy)
+            _replace_pointer(self.root, LATEST, name)
+            if score is not None and math.isfinite(score) and score > self.best_score:
+                self.best_score = score
+                _replace_pointer(self.root, BEST, name)
+            self._prune()
+        except OSError as e:  # write_checkpoint removed its partial folder
+            raise OutputWriteError(self.root / name, e, resume_hint(self.latest())) from e
         return path
 
     def _prune(self) -> None:
@@ -346,4 +494,4 @@ class CheckpointManager:
             if p.name not in keep:
                 trash = self.root / f"{_TMP}del-{p.name}-{uuid.uuid4().hex}"
                 os.rename(p, trash)
-                shutil.rmtree(trash, ignore_errors=True)
+                _remove(trash)

@@ -6,6 +6,7 @@ Every runner (on-policy, off-policy, offline) and ``robot-rl eval`` use these; t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from policies import keys
 from robot_rl.env import Obs, VecEnv, episode_mask
 from robot_rl.logging import write_video
 
+log = logging.getLogger(__name__)
 ActFn = Callable[[Obs], torch.Tensor]
 
 
@@ -71,10 +73,11 @@ def evaluate(env: VecEnv, act: ActFn, num_episodes: int, seed: int) -> EvalResul
 
 @torch.no_grad()
 def record_video(env: VecEnv, act: ActFn, path: str | Path, seed: int, num_episodes: int = 2,
-                 camera: str = "front", width: int = 320, height: int = 240) -> Path:
+                 camera: str = "front", width: int = 320, height: int = 240) -> Path | None:
     """Film env 0 for ``num_episodes`` episodes into an mp4 at the env's control rate.
 
     The env resets inside ``step``, so the frame after an episode's last step already shows the next episode.
+    Returns None, after a warning, when the file cannot be written (a full disk): a video is not worth failing for.
     """
     env_ids = torch.tensor([0])
 
@@ -90,4 +93,8 @@ def record_video(env: VecEnv, act: ActFn, path: str | Path, seed: int, num_episo
             episodes += 1
             if episodes >= num_episodes:
                 break
-    return write_video(torch.stack(frames), path, fps=1.0 / env.control_dt)
+    try:
+        return write_video(torch.stack(frames), path, fps=1.0 / env.control_dt)
+    except OSError as e:
+        log.warning("no video: could not write %s (%s)", path, e.strerror or e)
+        return None

@@ -1,17 +1,26 @@
 """What a run shows and leaves behind: a progress bar, TensorBoard (and optional W&B) scalars, the learning
-curve (``curve.jsonl`` + ``learning_curve.png``) and mp4 videos. Shared by every runner."""
+curve (``curve.jsonl`` + ``learning_curve.png``) and mp4 videos. Shared by every runner.
+
+When a write fails (no space left, a read-only disk), the learning curve is essential: ``curve_point`` raises an
+``OutputWriteError`` and the run stops naming its last good checkpoint. TensorBoard, the PNG and videos are not:
+each warns once and the run goes on without it.
+"""
 
 from __future__ import annotations
 
 import json
 import logging as _pylogging
 import os
+import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from robot_rl.checkpoint import OutputWriteError
 
 log = _pylogging.getLogger(__name__)
 
@@ -53,7 +62,11 @@ class RunLogger:
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(str(self.run_dir / "tb"))
+            _quiet_tensorboard_thread_errors()
+            try:
+                self._writer = SummaryWriter(str(self.run_dir / "tb"))
+            except OSError as e:
+                self._tensorboard_failed(e)
         if cfg.wandb:
             try:
                 import wandb
@@ -66,8 +79,11 @@ class RunLogger:
     def scalars(self, step: int, values: dict[str, float]) -> None:
         """Log scalars at env step ``step`` (TensorBoard tags as given, e.g. ``reward/distance``)."""
         if self._writer is not None:
-            for k, v in values.items():
-                self._writer.add_scalar(k, v, step)
+            try:
+                for k, v in values.items():
+                    self._writer.add_scalar(k, v, step)
+            except OSError as e:  # the event writer's thread failed (a full disk): raised on the next write
+                self._tensorboard_failed(e)
         if self._wandb is not None:
             self._wandb.log(dict(values), step=step)
 
@@ -83,26 +99,74 @@ class RunLogger:
             post["success"] = f"{success_rate:.2f}"
         self._bar.set_postfix(post, refresh=False)
 
+    def _tensorboard_failed(self, err: OSError) -> None:
+        """TensorBoard is not worth stopping a run for: say so once and log without it."""
+        log.warning("TensorBoard is off for the rest of the run: could not write %s (%s)", self.run_dir / "tb",
+                    err.strerror or err)
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError:
+                pass  # the same failure, already reported
+
     # ----------------------------------------------------------------------------------- learning curve
     def curve_point(self, point: dict[str, float]) -> None:
-        """Append one point (iteration, env_steps, wall_s, success_rate, mean_return) to ``curve.jsonl``."""
-        with open(self.run_dir / CURVE_FILE, "a") as f:
-            f.write(json.dumps(point) + "\n")
+        """Append one point (iteration, env_steps, wall_s, success_rate, mean_return) to ``curve.jsonl``.
+
+        Raises:
+            OutputWriteError: the line could not be written (a partial line is skipped by ``read_curve`` and
+                dropped by ``truncate_curve`` on resume).
+        """
+        file = self.run_dir / CURVE_FILE
+        try:
+            with open(file, "a") as f:
+                f.write(json.dumps(point) + "\n")
+        except OSError as e:
+            raise OutputWriteError(file, e) from e
 
     def truncate_curve(self, iteration: int) -> None:
-        """Drop points after ``iteration`` (a resumed run redoes them)."""
+        """Drop points after ``iteration`` (a resumed run redoes them); the file is replaced atomically.
+
+        Raises:
+            OutputWriteError: the new file could not be written (the old one is kept).
+        """
         pts = [p for p in read_curve(self.run_dir) if p.get("iteration", 0) <= iteration]
         tmp = self.run_dir / (CURVE_FILE + ".tmp")
-        tmp.write_text("".join(json.dumps(p) + "\n" for p in pts))
-        os.replace(tmp, self.run_dir / CURVE_FILE)
+        try:
+            tmp.write_text("".join(json.dumps(p) + "\n" for p in pts))
+            os.replace(tmp, self.run_dir / CURVE_FILE)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise OutputWriteError(self.run_dir / CURVE_FILE, e) from e
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
         if self._writer is not None:
-            self._writer.close()
+            try:
+                self._writer.close()
+            except OSError as e:
+                self._tensorboard_failed(e)
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def _quiet_tensorboard_thread_errors() -> None:
+    """TensorBoard's event-writer thread keeps a write error for the main thread, which raises it on the next write
+    (``RunLogger`` then warns once and drops TensorBoard), and also re-raises it, so ``threading`` prints a traceback
+    for a failure already handled. Drop that print, for OSErrors of TensorBoard's threads only."""
+    previous = threading.excepthook
+    if getattr(previous, "_drops_tensorboard_errors", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if issubclass(args.exc_type, OSError) and type(args.thread).__module__.startswith("tensorboard."):
+            return
+        previous(args)
+
+    hook._drops_tensorboard_errors = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 def read_curve(run_dir: str | Path) -> list[dict[str, float]]:
@@ -118,8 +182,11 @@ def read_curve(run_dir: str | Path) -> list[dict[str, float]]:
     return out
 
 
-def plot_learning_curve(points: list[dict[str, float]], path: str | Path, title: str = "") -> Path:
-    """PNG with success rate and mean return against env steps (left) and wall-clock minutes (right)."""
+def plot_learning_curve(points: list[dict[str, float]], path: str | Path, title: str = "") -> Path | None:
+    """PNG with success rate and mean return against env steps (left) and wall-clock minutes (right).
+
+    Returns None (after a warning) when the file cannot be written: a plot is not worth failing a run for.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -139,13 +206,42 @@ def plot_learning_curve(points: list[dict[str, float]], path: str | Path, title:
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=100)
+    except OSError as e:
+        log.warning("no learning-curve plot: could not write %s (%s)", path, e.strerror or e)
+        Path(path).unlink(missing_ok=True)
+        return None
+    finally:
+        plt.close(fig)
     return Path(path)
 
 
+def _mp4_complete(path: Path) -> bool:
+    """Whether the file is a whole mp4: top-level boxes (u32 big-endian size, 4-byte type; size 1: a u64 follows)
+    tile it exactly and one is the ``moov`` index, which ffmpeg writes last."""
+    data = path.read_bytes()
+    pos, kinds = 0, set()
+    while pos + 8 <= len(data):
+        size, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if size == 1 and pos + 16 <= len(data):
+            (size,) = struct.unpack(">Q", data[pos + 8:pos + 16])
+        elif size == 0:  # "to the end of the file"
+            size = len(data) - pos
+        if size < 8:
+            return False
+        kinds.add(kind)
+        pos += size
+    return pos == len(data) and b"moov" in kinds
+
+
 def write_video(frames: torch.Tensor | np.ndarray, path: str | Path, fps: float = 30.0) -> Path:
-    """Write uint8 frames [T, 3, H, W] or [T, H, W, 3] to an mp4 (H.264 through imageio-ffmpeg)."""
+    """Write uint8 frames [T, 3, H, W] or [T, H, W, 3] to an mp4 (H.264 through imageio-ffmpeg).
+
+    Raises:
+        OSError: the file could not be written whole. ffmpeg reports a full disk on stderr only, and imageio does
+            not check its exit status, so the finished file is checked instead (and removed when incomplete).
+    """
     import imageio.v2 as imageio
 
     arr = frames.cpu().numpy() if isinstance(frames, torch.Tensor) else np.asarray(frames)
@@ -156,4 +252,8 @@ def write_video(frames: torch.Tensor | np.ndarray, path: str | Path, fps: float 
     with imageio.get_writer(str(path), fps=fps, codec="libx264", macro_block_size=1, ffmpeg_log_level="error") as w:
         for frame in arr:
             w.append_data(np.ascontiguousarray(frame))
-    return Path(path)
+    path = Path(path)
+    if not _mp4_complete(path):
+        path.unlink(missing_ok=True)
+        raise OSError(f"ffmpeg could not finish {path} (its message above says why, e.g. no space left)")
+    return path

@@ -110,11 +110,13 @@ def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: 
               file=sys.stderr)
     elif ev.video:
         with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=1, num_threads=1), task_cfg) as video_env:
-            result["video"] = str(record_video(video_env, act, out_dir / "policy.mp4", ev.seed, ev.video_episodes,
-                                               ev.camera, ev.width, ev.height))
+            video = record_video(video_env, act, out_dir / "policy.mp4", ev.seed, ev.video_episodes, ev.camera,
+                                 ev.width, ev.height)
+            result["video"] = None if video is None else str(video)  # None: not written (warned)
     points = read_curve(curve_dir)
     if points:
-        result["curve"] = str(plot_learning_curve(points, out_dir / CURVE_PNG, title=f"{task_name}"))
+        png = plot_learning_curve(points, out_dir / CURVE_PNG, title=f"{task_name}")
+        result["curve"] = None if png is None else str(png)
         for thr in (0.5, 0.9):
             hit = next((p for p in points if (p.get("success_rate") or 0.0) >= thr), None)
             result[f"time_to_success_{int(thr * 100)}"] = (
@@ -131,7 +133,13 @@ def train(cfg: Any) -> Path:
     import torch
     from omegaconf import OmegaConf
 
-    from robot_rl.checkpoint import CheckpointManager, check_resume_compatible, load_checkpoint
+    from robot_rl.checkpoint import (
+        CHECKPOINTS_DIR,
+        CheckpointManager,
+        check_resume_compatible,
+        load_checkpoint,
+        remove_partial_writes,
+    )
     from robot_rl.cli.config import CheckpointSettings, EvalSettings, TrainSettings, resolve_device, typed
     from robot_rl.logging import LoggerConfig, RunLogger
     from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
@@ -170,6 +178,7 @@ def train(cfg: Any) -> Path:
     if ckpt is not None:
         check_resume_compatible(ckpt.meta, meta)
         _warn_changed(ckpt.meta.get("config", {}), full)
+    remove_partial_writes(run_dir / CHECKPOINTS_DIR)  # first: a half-written checkpoint may hold the space needed
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     start_steps = int(ckpt.meta.get("env_steps", 0)) if ckpt is not None else 0
@@ -247,11 +256,14 @@ COMMANDS = {"train": train, "eval": evaluate_checkpoint}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``robot-rl`` console script. Returns the exit status (2: a bad config or checkpoint)."""
+    """Entry point of the ``robot-rl`` console script. Returns the exit status: 2 for a bad config, checkpoint or
+    policy file (every ``MalformedFileError``), 3 when training stopped on non-finite updates, 4 when a write failed
+    (no space left, a read-only disk: ``OutputWriteError`` names the file and the checkpoint to resume from)."""
     from hydra.errors import HydraException
 
+    from policies.safetensors_check import MalformedFileError
     from robot_rl.algos.guard import NonFiniteError
-    from robot_rl.checkpoint import CorruptCheckpointError, UnsafeCheckpointError
+    from robot_rl.checkpoint import OutputWriteError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -266,12 +278,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         COMMANDS[cmd](_compose(cmd, overrides))
-    except (HydraException, ValueError, FileNotFoundError, UnsafeCheckpointError, CorruptCheckpointError) as err:
+    except (HydraException, ValueError, FileNotFoundError, MalformedFileError) as err:
         print(f"robot-rl {cmd}: error: {err}", file=sys.stderr)
         return 2
     except NonFiniteError as err:
         print(f"robot-rl {cmd}: stopped: {err}", file=sys.stderr)
         return 3
+    except (OutputWriteError, OSError) as err:  # OSError: a write outside the runner (config.yaml, eval.json)
+        print(f"robot-rl {cmd}: stopped: {err}", file=sys.stderr)
+        return 4
     return 0
 
 

@@ -10,7 +10,7 @@ import torch
 
 from policies import keys
 from robot_rl.algos.guard import NonFiniteError
-from robot_rl.checkpoint import Checkpoint, CheckpointManager, rng_state, set_rng_state
+from robot_rl.checkpoint import Checkpoint, CheckpointManager, OutputWriteError, resume_hint, rng_state, set_rng_state
 from robot_rl.env import Obs, VecEnv
 
 
@@ -148,6 +148,9 @@ class RunnerLoop:
             except NonFiniteError as e:
                 last = self.checkpoints.latest() if self.checkpoints is not None else None
                 raise NonFiniteError(f"{e}; the last good checkpoint is {last}") from e
+            except OutputWriteError as e:  # the learning curve could not be written: say where to resume from
+                last = self.checkpoints.latest() if self.checkpoints is not None else None
+                raise OutputWriteError(e.path, e.cause, e.last_good or resume_hint(last)) from e.cause
             if self.checkpoints is not None and (self._done() or self.iteration % self.cfg.checkpoint_every == 0):
                 start = time.perf_counter()
                 self.save()
