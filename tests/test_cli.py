@@ -1,8 +1,10 @@
 """The ``robot-rl`` command line: train/eval artifacts, clear config errors, resume guard, kill-and-resume."""
 
+import itertools
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +23,7 @@ CLI = [str(ROBOT_RL)] if ROBOT_RL.exists() else [sys.executable, "-m", "robot_rl
 TINY = ["sim.num_envs=8", "algo.num_steps=8", "algo.policy.hidden_dims=[32,32]", "algo.critic.hidden_dims=[32,32]",
         "logger.progress=false"]
 # Bitwise-reproducible runs for the resume tests: deterministic torch, a checkpoint every iteration.
-DETERMINISTIC = [*TINY, "deterministic=true", "checkpoint.every=1", "checkpoint.keep_last=2", "eval.enabled=false",
+DETERMINISTIC = [*TINY, "deterministic=true", "checkpoint_every=1", "checkpoint.keep_last=2", "eval.enabled=false",
                  "logger.tensorboard=false"]
 
 
@@ -33,7 +35,7 @@ def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
 def trained_run(tmp_path_factory) -> Path:
     """One tiny training run with the end-of-run evaluation, video and curve."""
     run_dir = tmp_path_factory.mktemp("cli") / "run"
-    out = _run(["train", *TINY, "total_steps=512", f"run_dir={run_dir}", "checkpoint.every=4", "eval.num_episodes=8",
+    out = _run(["train", *TINY, "total_steps=512", f"run_dir={run_dir}", "checkpoint_every=4", "eval.num_episodes=8",
                 "eval.num_envs=8", "eval.video_episodes=1", "eval.width=64", "eval.height=48"])
     assert out.returncode == 0, out.stderr[-3000:]
     return run_dir
@@ -53,7 +55,7 @@ def test_train_writes_checkpoints_eval_video_curve_and_tensorboard(trained_run):
     pts = read_curve(r)
     assert [p["env_steps"] for p in pts] == [64 * i for i in range(1, 9)]
     sims = [p["sim_s"] for p in pts]
-    assert all(0.0 < a < b for a, b in zip(sims, sims[1:], strict=False))
+    assert all(0.0 < a < b for a, b in itertools.pairwise(sims))
     assert all(p["sim_s"] < p["wall_s"] for p in pts)
 
 
@@ -90,12 +92,12 @@ def test_randomization_overrides_reach_the_sim_config(sim):
 
     from omegaconf import OmegaConf
 
-    from robot_rl.cli.main import _compose
+    from robot_rl.cli.build import compose
     from sim.randomization import RandomizationConfig
     from sim.registry import sim_config_from_dict
 
-    cfg = _compose("train", [f"sim={sim}", "sim.randomization.friction=[0.7,1.3]",
-                             "sim.randomization.color_scale=[0.5,1.0]"])
+    cfg = compose("train", [f"sim={sim}", "sim.randomization.friction=[0.7,1.3]",
+                            "sim.randomization.color_scale=[0.5,1.0]"])
     assert set(cfg.sim.randomization) == {f.name for f in dataclasses.fields(RandomizationConfig)}
     dr = sim_config_from_dict(OmegaConf.to_container(cfg.sim, resolve=True)).randomization
     assert dr.friction == [0.7, 1.3] and dr.color_scale == [0.5, 1.0] and dr.mass == [1.0, 1.0]
@@ -105,12 +107,41 @@ def test_every_task_option_is_in_its_config():
     """Each task's yaml lists every field of its config dataclass: ``task.<field>=`` works without Hydra's '+'."""
     import dataclasses
 
-    from robot_rl.cli.main import _compose
+    from robot_rl.cli.build import compose
     from sim.registry import _tasks
 
     for name, (_, cfg_cls) in _tasks().items():
-        composed = set(_compose("train", [f"task={name}"]).task) - {"name"}
+        composed = set(compose("train", [f"task={name}"]).task) - {"name"}
         assert composed == {f.name for f in dataclasses.fields(cfg_cls)}, name
+
+
+@pytest.mark.parametrize("algo", ["ppo", "flashsac", "flashsac_gpu"])
+def test_algo_defaults_come_from_the_dataclasses(algo):
+    """An algo yaml holds only overrides: every learner, network and runner field is in the composed config with its
+    dataclass default (so ``algo.<field>=`` works without '+'), and a misspelled key is refused, naming it."""
+    from hydra.errors import ConfigCompositionException
+
+    from robot_rl.cli.build import compose
+    from robot_rl.cli.schemas import algo_schemas
+
+    name = "flashsac" if algo.startswith("flashsac") else algo
+    schema = algo_schemas()[name]
+    composed = compose("train", [f"algo={algo}"]).algo
+    assert set(composed) == set(schema)
+    for group in ("policy", "critic", "actor"):
+        if group in schema:
+            assert set(composed[group]) == set(schema[group]), group
+    if algo == "ppo":  # the measured recipe is the default: orthogonal init (faster on so101_reach)
+        assert composed.policy.init == "orthogonal" and composed == schema
+    for key in [k for k, v in schema.items() if isinstance(v, float)][:3]:
+        assert compose("train", [f"algo={algo}", f"algo.{key}=0.5"]).algo[key] == 0.5
+    with pytest.raises(ConfigCompositionException, match="algo.entropy_cof"):
+        compose("train", [f"algo={algo}", "algo.entropy_cof=0.1"])
+
+
+def test_a_misspelled_top_level_key_is_an_error_naming_it(capsys):
+    assert main(["train", "totl_steps=10"]) == 2
+    assert "totl_steps" in capsys.readouterr().err
 
 
 def test_resume_refuses_a_different_task(trained_run, capsys):
@@ -146,7 +177,11 @@ def _slow_fsync_env(tmp_path: Path) -> dict[str, str]:
 def _train_with_kills(run_dir: Path, args: list[str], kills: int, seed: int, env: dict[str, str]) -> tuple[int, int]:
     """Run to completion, SIGKILLing it ``kills`` times at random moments after some progress, resuming each
     time with ``resume=RUN`` alone (the run folder comes from the checkpoint). Returns (kills done, kills that hit
-    an unfinished checkpoint write)."""
+    an unfinished checkpoint write).
+
+    Each resumed process must say it resumed from the latest checkpoint at that checkpoint's iteration (> 0), keep
+    the learning curve up to it untouched and append only the iterations after it: a run that silently started
+    over would end in the same bits (seeded runs overwrite the same checkpoints), but not pass these."""
     rng = random.Random(seed)
     done = inside = 0
     cwd = run_dir.parent / "cwd"  # resumed runs must not create a new run folder here
@@ -154,8 +189,10 @@ def _train_with_kills(run_dir: Path, args: list[str], kills: int, seed: int, env
     while True:
         before = _latest(run_dir)
         where = [f"resume={run_dir}"] if before is not None else [f"run_dir={run_dir}"]
+        kept = [p for p in read_curve(run_dir) if before is not None and p["iteration"] <= int(before[5:])]
         proc = subprocess.Popen([*CLI, "train", *args, *where], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
+        killed = False
         if done < kills:
             while proc.poll() is None and _latest(run_dir) == before:  # at least one new checkpoint
                 time.sleep(0.005)
@@ -163,13 +200,32 @@ def _train_with_kills(run_dir: Path, args: list[str], kills: int, seed: int, env
             if proc.poll() is None:
                 inside += any((run_dir / "checkpoints").glob(".tmp-iter_*"))
                 proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                done += 1
-                continue
+                killed = True
         _, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
+        if not killed:
+            assert proc.returncode == 0, err[-3000:]
+        if before is not None:
+            _assert_resumed_at(run_dir, before, kept, err)
+        if killed:
+            done += 1
+            continue
         assert not any(cwd.iterdir()), list(cwd.iterdir())
+        iterations = [p["iteration"] for p in read_curve(run_dir)]
+        assert iterations == list(range(1, len(iterations) + 1)) and f"iter_{iterations[-1]:08d}" == _latest(run_dir)
         return done, inside
+
+
+def _assert_resumed_at(run_dir: Path, checkpoint: str, kept: list[dict], err: str) -> None:
+    """The process started from ``checkpoint`` (``iter_N``, N > 0) and ran iterations N+1, N+2, ... only."""
+    n = int(checkpoint[5:])
+    said = re.search(r"resumed from (\S+) at iteration (\d+) \((\d+) env steps\)", err)
+    assert said, f"no 'resumed from' line: {err[-3000:]}"
+    assert Path(said[1]).name == checkpoint and int(said[2]) == n > 0, said[0]
+    assert int(said[3]) == 8 * 8 * n, said[0]
+    pts = read_curve(run_dir)
+    assert pts[:n] == kept and len(kept) == n, "the curve up to the restored iteration was rewritten"
+    assert [p["iteration"] for p in pts[n:]] == list(range(n + 1, n + 1 + len(pts) - n)), "an iteration was redone"
+    assert len(pts) > n, "no iteration ran after the resume"
 
 
 def _assert_same_final_state(a: Path, b: Path) -> None:
@@ -206,7 +262,7 @@ def test_kill_and_resume_is_bitwise_equal(tmp_path):
 # FlashSAC through the same CLI: the replay buffer, critics, targets, temperature and noise state resume too.
 FLASHSAC_DETERMINISTIC = ["algo=flashsac", "sim.num_envs=8", "algo.steps_per_iteration=8", "algo.batch_size=32",
                           "algo.learning_starts=64", "algo.actor.hidden_dim=16", "algo.critic.hidden_dim=16",
-                          "logger.progress=false", "deterministic=true", "checkpoint.every=1",
+                          "logger.progress=false", "deterministic=true", "checkpoint_every=1",
                           "checkpoint.keep_last=2", "eval.enabled=false", "logger.tensorboard=false"]
 
 
