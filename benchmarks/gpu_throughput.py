@@ -76,7 +76,7 @@ class Bench:
 
     # ------------------------------------------------------------------------------------------ measures
     def build_envs(self, task: str, sizes: list[int], backend: str = "mjx") -> dict[int, object]:
-        from sim.core import SimConfig
+        from sim.config import SimConfig
         from sim.registry import make_env
 
         envs, compile_s = {}, {}

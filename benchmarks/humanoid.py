@@ -41,16 +41,17 @@ FORWARD = ["task.lin_vel_x_range=[0.5,1.0]", "task.lin_vel_y_range=[0.0,0.0]", "
 EVAL_SPEED, EVAL_SECONDS, EVAL_ENVS = 0.75, 10.0, 32
 
 
-ALGO_OVERRIDES = {"ppo": ["checkpoint.every=200"],
+ALGO_OVERRIDES = {"ppo": ["checkpoint_every=200"],
                   # the replay buffer stays out of checkpoints (exact resume is not needed here; it is ~1 GB)
-                  "flashsac": ["checkpoint.every=2000", "algo.save_replay=false"]}
+                  "flashsac": ["checkpoint_every=2000", "algo.save_replay=false"]}
 
 
 def train_policy(algo: str, minutes: float, num_envs: int | None, seed: int, run_dir: Path) -> None:
-    from robot_rl.cli.main import _compose, train
+    from robot_rl.cli.build import compose
+    from robot_rl.cli.main import train
 
     envs = [f"sim.num_envs={num_envs}"] if num_envs else []
-    cfg = _compose("train", [f"task={TASK}", f"algo={algo}", f"seed={seed}", *envs,
+    cfg = compose("train", [f"task={TASK}", f"algo={algo}", f"seed={seed}", *envs,
                              "total_steps=null", f"max_minutes={minutes}", "eval.enabled=false",
                              "logger.progress=true", "logger.tensorboard=true", *ALGO_OVERRIDES[algo],
                              f"run_dir={run_dir}", *FORWARD])
@@ -75,10 +76,9 @@ def tracking_curve(run_dir: Path) -> dict[str, list[tuple[float, float]]]:
 @torch.no_grad()
 def walking_test(policy_dir: Path, seed: int, video: Path) -> dict:
     """Constant forward command, seeded fresh episodes: per-env forward speed, fall, distance."""
-    from policies import load_policy
-    from robot_rl import keys
+    from policies import keys, load_policy
     from robot_rl.evaluation import record_video
-    from sim.core import SimConfig
+    from sim.config import SimConfig
     from sim.registry import make_env, task_config
 
     policy = load_policy(policy_dir).eval()

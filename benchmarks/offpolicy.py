@@ -45,7 +45,7 @@ Curve = list[tuple[float, int, float, float]]  # (train wall s, env steps, succe
 
 
 def _eval_env(task: str) -> Any:
-    from sim.core import SimConfig
+    from sim.config import SimConfig
     from sim.registry import make_env, task_config
 
     return make_env(task, SimConfig(num_envs=EVAL_EPISODES, num_threads=2, seed=EVAL_SEED), task_config(task))
@@ -63,34 +63,21 @@ def _ours(task: str, algo: str, seed: int, budget_s: float, eval_every: float) -
     from omegaconf import OmegaConf
 
     from robot_rl.checkpoint import CheckpointManager
-    from robot_rl.cli.main import ALGOS, _compose, _seed_everything
+    from robot_rl.cli.build import build_algorithm, build_env, build_runner, compose, seed_everything
     from robot_rl.logging import LoggerConfig, RunLogger
-    from robot_rl.runners.common import to_device
-    from sim.registry import config_from_dict, make_env, sim_config_from_dict
+    from robot_rl.runners.common import RunLimits
 
-    cfg = OmegaConf.to_container(_compose("train", [f"task={task}", f"algo={algo}", f"seed={seed}"]), resolve=True)
-    task_raw, algo_raw = dict(cfg["task"]), dict(cfg["algo"])
-    task_raw.pop("name"), algo_raw.pop("name")
-    _seed_everything(seed)
-    env = make_env(task, sim_config_from_dict(cfg["sim"]), config_from_dict(task, task_raw))
-    device = torch.device("cpu")
-    built, extra = ALGOS[algo](algo_raw, env, device)
+    cfg = OmegaConf.to_container(compose("train", [f"task={task}", f"algo={algo}", f"seed={seed}"]), resolve=True)
+    algo_raw = dict(cfg["algo"])
+    seed_everything(seed)
+    env = build_env(cfg["task"], cfg["sim"])
+    built, runner_keys = build_algorithm(algo_raw.pop("name"), algo_raw, env, torch.device("cpu"))
     tmp = Path(tempfile.mkdtemp(prefix=f"offpolicy_{algo}_"))
     logger = RunLogger(tmp, LoggerConfig(progress=False, tensorboard=False))
-    if algo == "flashsac":
-        from robot_rl.runners.off_policy import OffPolicyRunner, OffPolicyRunnerConfig
-
-        runner: Any = OffPolicyRunner(env, built, OffPolicyRunnerConfig(total_steps=None, max_minutes=1e9, seed=seed,
-                                                                        **extra), logger, None, {})
-        step = runner.run_iteration
-    else:
-        from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
-
-        runner = OnPolicyRunner(env, built, OnPolicyRunnerConfig(num_steps=extra, total_steps=None, max_minutes=1e9,
-                                                                 seed=seed), logger, CheckpointManager(tmp / "c"), {})
-        step = runner.run_iteration  # the runner's loop body, without its checkpoint writes
-    obs, _ = env.reset(seed=seed)
-    runner.obs = to_device(obs, device)
+    runner = build_runner(algo, env, built, runner_keys, RunLimits(total_steps=None, max_minutes=1e9, seed=seed),
+                          logger, CheckpointManager(tmp / "c"), {})
+    runner.start()
+    step = runner.run_iteration  # the runner's loop body, without its checkpoint writes
     ev, curve, next_eval = _eval_env(task), [], 0.0
     policy = built.policy
     while True:
@@ -116,7 +103,7 @@ def _sb3_sac(task: str, seed: int, budget_s: float, eval_every: float, num_envs:
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from sim.core import SimConfig
+    from sim.config import SimConfig
     from sim.gym import sb3_vec_env
     from sim.registry import make_env, task_config
 
@@ -163,20 +150,18 @@ GYM_FLASHSAC = ["algo.batch_size=256", "algo.updates_per_step=2.0", *_GYM_COMMON
 def _gym_flashsac(env_id: str, seed: int, steps: int, overrides: list[str]) -> float:
     from omegaconf import OmegaConf
 
-    from robot_rl.cli.main import _compose, _seed_everything
-    from robot_rl.cli.offpolicy import build_flashsac
+    from robot_rl.cli.build import build_algorithm, build_runner, compose, seed_everything
     from robot_rl.logging import LoggerConfig, RunLogger
-    from robot_rl.runners.off_policy import OffPolicyRunner, OffPolicyRunnerConfig
+    from robot_rl.runners.common import RunLimits
     from sim.gym_vec import GymVecEnv
 
-    algo_raw = OmegaConf.to_container(_compose("train", ["algo=flashsac", *overrides]).algo, resolve=True)
-    algo_raw.pop("name")
-    _seed_everything(seed)
+    algo_raw = OmegaConf.to_container(compose("train", ["algo=flashsac", *overrides]).algo, resolve=True)
+    seed_everything(seed)
     env = GymVecEnv(env_id, num_envs=1, seed=seed)
-    algo, extra = build_flashsac(algo_raw, env, torch.device("cpu"))
+    algo, runner_keys = build_algorithm(algo_raw.pop("name"), algo_raw, env, torch.device("cpu"))
     tmp = Path(tempfile.mkdtemp(prefix="offpolicy_gym_"))
-    runner = OffPolicyRunner(env, algo, OffPolicyRunnerConfig(total_steps=steps, seed=seed, **extra),
-                             RunLogger(tmp, LoggerConfig(progress=False, tensorboard=False)), None, {})
+    runner = build_runner("flashsac", env, algo, runner_keys, RunLimits(total_steps=steps, seed=seed),
+                          RunLogger(tmp, LoggerConfig(progress=False, tensorboard=False)), None, {})
     runner.learn()
     algo.policy.eval()
     return _gym_return(env_id, seed, lambda x: algo.policy.act(torch.as_tensor(x, dtype=torch.float32)[None])[0]

@@ -54,14 +54,15 @@ METHODS = ("ours", "sb3", "sb3_gym")  # sb3_gym: SB3 through gymnasium.make envs
 
 def run_ours(task: str, seed: int, budget_min: float) -> dict:
     """Through the CLI's own train(): the recipe in configs/algo/ppo.yaml, nothing tuned here."""
-    from robot_rl.cli.main import _compose, train
+    from robot_rl.cli.build import compose
+    from robot_rl.cli.main import train
     from robot_rl.logging import read_curve
 
     run_dir = Path(tempfile.mkdtemp(prefix="ppo_vs_sb3_ours_"))
-    cfg = _compose("train", [f"task={task}", "algo=ppo", f"seed={seed}", f"sim.num_envs={NUM_ENVS[task]}",
+    cfg = compose("train", [f"task={task}", "algo=ppo", f"seed={seed}", f"sim.num_envs={NUM_ENVS[task]}",
                              f"sim.num_threads={THREADS}", "total_steps=null", f"max_minutes={budget_min}",
                              f"stop_success_rate={TARGET}", f"success_window={WINDOW}", "eval.enabled=false",
-                             "logger.progress=false", "logger.tensorboard=false", "checkpoint.every=100000",
+                             "logger.progress=false", "logger.tensorboard=false", "checkpoint_every=100000",
                              f"run_dir={run_dir}"])
     train(cfg)
     pts = read_curve(run_dir)
@@ -79,7 +80,7 @@ def run_sb3(task: str, seed: int, budget_min: float, gym_path: bool = False) -> 
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from sim.core import SimConfig
+    from sim.config import SimConfig
     from sim.gym import GYM_IDS, sb3_vec_env
     from sim.registry import make_env, task_config
 

@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 import sim  # noqa: E402,F401
 from benchmarks.common import RESULTS, goal, write_result  # noqa: E402
-from sim.core import SimConfig  # noqa: E402
+from sim.config import SimConfig  # noqa: E402
 from sim.registry import make_env, task_config, task_names  # noqa: E402
 
 matplotlib.use("Agg")

@@ -1,22 +1,21 @@
-"""Gaussian MLP actor: what PPO ships to the robot (config + weights + observation normalizer).
+"""Gaussian MLP actor: what PPO ships to the robot (config + weights + processor with the observation normaliser).
 
-Saved as a folder ``config.json`` + ``model.safetensors`` (weights and normalizer statistics together), loadable
-with ``GaussianPolicy.load(path)`` or ``policies.load_policy(path)`` without importing any algorithm code.
+Saved as an exported folder (``policies.persistence``), loadable with ``GaussianPolicy.load(path)`` or
+``policies.load_policy(path)`` without importing any algorithm code.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from policies import keys
+from policies.base import Policy
 from policies.mlp import mlp
-from policies.normalizer import EmpiricalNormalizer
-from policies.persistence import CONFIG_FILE, WEIGHTS_FILE, load_policy_as, save_policy  # noqa: F401
+from policies.processor import Features, Processor
 
 
 @dataclass
@@ -30,7 +29,9 @@ class GaussianPolicyConfig:
     init_std: float = 1.0  # initial action std (action units, [-1, 1] scale)
     normalize_obs: bool = True  # empirical running mean/var normalization of the input
     obs_key: str = keys.POLICY  # observation group read when act() gets a dict
-    init: str = "default"  # weight init, policies.mlp.INITS ("orthogonal": √2 hidden, output_gain last layer)
+    # Weight init, policies.mlp.INITS: "orthogonal" is √2 on hidden layers and output_gain on the mean head, so actions
+    # start near 0; so101_reach reached 90 % in 48-55 k env steps over 3 seeds vs 78-91 k with torch's default init.
+    init: str = "orthogonal"
     output_gain: float = 0.01  # orthogonal gain of the mean head (small: actions start near 0)
 
     def __post_init__(self) -> None:
@@ -40,33 +41,40 @@ class GaussianPolicyConfig:
             raise ValueError(f"init_std must be > 0, got {self.init_std}")
 
 
-class GaussianPolicy(nn.Module):
+def default_processor(obs_key: str, obs_dim: int, action_dim: int, normalize: bool) -> Processor:
+    """A processor reading one flat observation group, normalised or not (the state policies' default)."""
+    return Processor(Features(inputs={obs_key: [obs_dim]}, action_dim=action_dim), [obs_key] if normalize else [])
+
+
+class GaussianPolicy(Policy):
     """π(a|o) = N(μ_θ(norm(o)), diag(exp(log_std)²)) with a state-independent learned log-std.
 
     Args:
         cfg: the architecture.
+        processor: features and normaliser (default: ``cfg.obs_key`` of size ``cfg.obs_dim``, normalised when
+            ``cfg.normalize_obs``).
     """
 
     type_name = "gaussian"
+    config_class = GaussianPolicyConfig
 
-    def __init__(self, cfg: GaussianPolicyConfig) -> None:
+    def __init__(self, cfg: GaussianPolicyConfig, processor: Processor | None = None) -> None:
         super().__init__()
         self.cfg = cfg
-        self.normalizer = EmpiricalNormalizer(cfg.obs_dim) if cfg.normalize_obs else nn.Identity()
+        self.processor = processor or default_processor(cfg.obs_key, cfg.obs_dim, cfg.action_dim, cfg.normalize_obs)
         self.mean_net = mlp(cfg.obs_dim, cfg.hidden_dims, cfg.action_dim, cfg.activation, cfg.init, cfg.output_gain)
         self.log_std = nn.Parameter(torch.full((cfg.action_dim,), math.log(cfg.init_std)))
 
-    def _input(self, obs: dict[str, torch.Tensor] | torch.Tensor) -> torch.Tensor:
-        return obs[self.cfg.obs_key] if isinstance(obs, dict) else obs
+    def _input(self, obs: dict[str, torch.Tensor] | torch.Tensor) -> dict[str, torch.Tensor]:
+        return obs if isinstance(obs, dict) else {self.cfg.obs_key: obs}
 
     def update_normalizer(self, obs: dict[str, torch.Tensor] | torch.Tensor) -> None:
         """Merge a batch into the running statistics (a no-op in eval mode or without normalization)."""
-        if isinstance(self.normalizer, EmpiricalNormalizer):
-            self.normalizer.update(self._input(obs))
+        self.processor.update(self._input(obs))
 
     def forward(self, obs: dict[str, torch.Tensor] | torch.Tensor) -> torch.Tensor:
         """Mean action μ [B, A] for observations [B, D] (or a dict holding them under ``cfg.obs_key``)."""
-        return self.mean_net(self.normalizer(self._input(obs)))
+        return self.mean_net(self.processor(self._input(obs))[self.cfg.obs_key])
 
     def distribution(self, obs: dict[str, torch.Tensor] | torch.Tensor) -> torch.distributions.Normal:
         """The per-dimension Normal over actions [B, A]; sum ``log_prob`` over the last dim for the joint."""
@@ -78,13 +86,3 @@ class GaussianPolicy(nn.Module):
         """Actions [B, A] clipped to [-1, 1]: the mean, or a sample when ``deterministic`` is false."""
         action = self(obs) if deterministic else self.distribution(obs).sample()
         return action.clamp(-1.0, 1.0)
-
-    # ------------------------------------------------------------------------------------------ persistence
-    def save(self, path: str | Path) -> None:
-        """Write ``config.json`` and ``model.safetensors`` into the folder ``path`` (created if missing)."""
-        save_policy(self, self.type_name, self.cfg, path)
-
-    @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "cpu") -> GaussianPolicy:
-        """A policy saved by ``save``, in eval mode (normalizer frozen)."""
-        return load_policy_as(cls, GaussianPolicyConfig, path, device)

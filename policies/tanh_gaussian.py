@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from policies import keys
+from policies.base import Policy
+from policies.gaussian import default_processor
 from policies.modules.flash import FlashNet
-from policies.persistence import load_policy_as, save_policy
+from policies.processor import Processor
 
 
 @dataclass
@@ -45,7 +45,7 @@ def tanh_log_det_jacobian(u: torch.Tensor) -> torch.Tensor:
     return 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
 
 
-class TanhGaussianPolicy(nn.Module):
+class TanhGaussianPolicy(Policy):
     """π(a|o): a = tanh(u), u ~ N(μ(o), σ(o)²), log σ squashed into [log_std_min, log_std_max].
 
     The network's first layer is a BatchNorm over the raw observation (it replaces an empirical normaliser):
@@ -53,13 +53,16 @@ class TanhGaussianPolicy(nn.Module):
 
     Args:
         cfg: the architecture.
+        processor: features (default: ``cfg.obs_key`` of size ``cfg.obs_dim``; no normaliser, BatchNorm does it).
     """
 
     type_name = "tanh_gaussian"
+    config_class = TanhGaussianPolicyConfig
 
-    def __init__(self, cfg: TanhGaussianPolicyConfig) -> None:
+    def __init__(self, cfg: TanhGaussianPolicyConfig, processor: Processor | None = None) -> None:
         super().__init__()
         self.cfg = cfg
+        self.processor = processor or default_processor(cfg.obs_key, cfg.obs_dim, cfg.action_dim, normalize=False)
         self.net = FlashNet(cfg.obs_dim, 2 * cfg.action_dim, cfg.hidden_dim, cfg.num_blocks, cfg.expansion)
 
     def _input(self, obs: dict[str, torch.Tensor] | torch.Tensor) -> torch.Tensor:
@@ -87,13 +90,3 @@ class TanhGaussianPolicy(nn.Module):
         if deterministic:
             return torch.tanh(self(obs)[0])
         return self.sample(obs)[0]
-
-    # ------------------------------------------------------------------------------------------ persistence
-    def save(self, path: str | Path) -> None:
-        """Write ``config.json`` and ``model.safetensors`` into the folder ``path`` (created if missing)."""
-        save_policy(self, self.type_name, self.cfg, path)
-
-    @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "cpu") -> TanhGaussianPolicy:
-        """A policy saved by ``save``, in eval mode (BatchNorm on its running statistics)."""
-        return load_policy_as(cls, TanhGaussianPolicyConfig, path, device)

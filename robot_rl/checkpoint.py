@@ -417,15 +417,19 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(folder, state, meta)
 
 
+RESUME_KEYS = ("task", "dataset", "algo", "obs_spec", "action_dim")  # what a resumed run must share with its checkpoint
+
+
 def check_resume_compatible(meta: dict[str, Any], expected: dict[str, Any]) -> None:
-    """Refuse to resume onto a different task, observation spec, action dimension or algorithm.
+    """Refuse to resume onto a different task (or dataset), observation spec, action dimension or algorithm.
 
     Args:
         meta: the checkpoint's meta.json.
-        expected: the same keys (``task``, ``algo``, ``obs_spec``, ``action_dim``) for the run being started.
+        expected: the run being started; its keys among ``RESUME_KEYS`` are compared (a training run names its
+            ``task``, an offline run its ``dataset`` fingerprint), each also when the checkpoint lacks it.
     """
     diffs = [f"{k}: checkpoint has {meta.get(k)!r}, this run has {expected[k]!r}"
-             for k in ("task", "algo", "obs_spec", "action_dim") if json.loads(json.dumps(meta.get(k)))
+             for k in RESUME_KEYS if k in expected and json.loads(json.dumps(meta.get(k)))
              != json.loads(json.dumps(expected[k]))]
     if diffs:
         raise ResumeMismatchError("cannot resume: the checkpoint was made for a different setup; " + "; ".join(diffs))

@@ -1,7 +1,8 @@
 """Policy evaluation and filming over any ``VecEnv``: seeded episodes -> success rate and returns, and an mp4.
 
-Every runner (on-policy, off-policy, offline) and ``robot-rl eval`` use these; they take an ``act`` function
-(observations -> actions [N, A]) so they work for any policy type.
+Every runner (on-policy, off-policy, offline) and ``robot-rl eval`` use these. They take any ``Policy``
+(chunked or not: ``policies.ActionQueue`` executes it step by step, its queue reset where an episode ends) or a
+plain ``act`` function (observations -> actions [N, A]).
 """
 
 from __future__ import annotations
@@ -14,12 +15,26 @@ from typing import Any
 
 import torch
 
-from policies import keys
+from policies import ActionQueue, Policy, keys
 from robot_rl.env import Obs, VecEnv, episode_mask
 from robot_rl.logging import write_video
 
 log = logging.getLogger(__name__)
 ActFn = Callable[[Obs], torch.Tensor]
+
+
+def _stepper(env: VecEnv, policy: Policy | ActFn) -> ActFn:
+    """One action [N, A] per call: a policy runs through an ``ActionQueue``; a function is used as it is."""
+    if isinstance(policy, Policy):
+        policy.eval()
+        return ActionQueue(policy, env.num_envs, env.action_dim, deterministic=True)
+    return policy
+
+
+def _episodes_ended(act: ActFn, done: torch.Tensor) -> None:
+    """Clear the queued chunk and per-env policy state of envs that start a new episode."""
+    if isinstance(act, ActionQueue) and bool(done.any()):
+        act.reset(done.nonzero().flatten())
 
 
 @dataclass
@@ -36,7 +51,7 @@ class EvalResult:
 
 
 @torch.no_grad()
-def evaluate(env: VecEnv, act: ActFn, num_episodes: int, seed: int) -> EvalResult:
+def evaluate(env: VecEnv, policy: Policy | ActFn, num_episodes: int, seed: int) -> EvalResult:
     """Run ``num_episodes`` episodes from ``env.reset(seed)`` and summarize them.
 
     Episodes are spread evenly over the envs and each env contributes its *first* episodes (not whichever end
@@ -49,6 +64,7 @@ def evaluate(env: VecEnv, act: ActFn, num_episodes: int, seed: int) -> EvalResul
     quota[: num_episodes % n] += 1
     taken = torch.zeros(n, dtype=torch.long)
     returns, lengths, successes = [], [], []
+    act = _stepper(env, policy)
     obs, _ = env.reset(seed=seed)
     max_steps = int(quota.max()) * env.max_episode_length + 1
     for _ in range(max_steps):
@@ -56,6 +72,7 @@ def evaluate(env: VecEnv, act: ActFn, num_episodes: int, seed: int) -> EvalResul
             break
         obs, _, terminated, truncated, info = env.step(act(obs).to(env.device))
         done = episode_mask(terminated, truncated).cpu()
+        _episodes_ended(act, done)
         if not bool(done.any()):
             continue
         ep = {k: v.cpu() for k, v in info[keys.EPISODE].items()}
@@ -72,7 +89,7 @@ def evaluate(env: VecEnv, act: ActFn, num_episodes: int, seed: int) -> EvalResul
 
 
 @torch.no_grad()
-def record_video(env: VecEnv, act: ActFn, path: str | Path, seed: int, num_episodes: int = 2,
+def record_video(env: VecEnv, policy: Policy | ActFn, path: str | Path, seed: int, num_episodes: int = 2,
                  camera: str = "front", width: int = 320, height: int = 240) -> Path | None:
     """Film env 0 for ``num_episodes`` episodes into an mp4 at the env's control rate.
 
@@ -84,12 +101,15 @@ def record_video(env: VecEnv, act: ActFn, path: str | Path, seed: int, num_episo
     def frame() -> torch.Tensor:
         return env.render(camera=camera, width=width, height=height, env_ids=env_ids)[0].cpu()
 
+    act = _stepper(env, policy)
     obs, _ = env.reset(seed=seed)
     frames, episodes = [frame()], 0
     for _ in range(num_episodes * env.max_episode_length + 1):
         obs, _, terminated, truncated, _ = env.step(act(obs).to(env.device))
         frames.append(frame())
-        if bool(episode_mask(terminated, truncated)[0]):
+        done = episode_mask(terminated, truncated).cpu()
+        _episodes_ended(act, done)
+        if bool(done[0]):
             episodes += 1
             if episodes >= num_episodes:
                 break

@@ -12,6 +12,6 @@ if "MUJOCO_GL" not in os.environ:
     os.environ["MUJOCO_GL"] = "egl" if ctypes.util.find_library("EGL") or not ctypes.util.find_library("OSMesa") \
         else "osmesa"
 
-from sim.gym import register_envs  # noqa: E402
+from sim.gym import register_envs
 
 register_envs()

@@ -1,29 +1,40 @@
 """Scripted IK experts for the SO-101 tasks: the source of demos, a test oracle, and the simulated human in HIL.
 
+Teleoperator-shaped: an expert sees only observations, like a person watching the scene, and answers with
+actions; it never reads the simulator. ``act(obs)`` returns [N, 6] actions from the named observation parts
+(``ObsSpec.part``: joint positions, cube pose, target); ``reset(env_ids)`` starts new episodes. It prefers the
+privileged, noise-free ``critic`` group (a human sees the world, not a noisy sensor) and falls back to
+``proprio`` / ``policy``, so an observation holding only the policy group works too.
+
 Each expert is a small per-env state machine over waypoints of the ``grasp``/``ee`` site; every step it solves
-damped-least-squares IK (``sim.ik``) from the measured joints toward the current waypoint and converts the joint
-targets into the task's normalised action with ``SO101Arm.ctrl_to_action``. It reads the simulator's state the
-way a human watching the scene would (object poses), so it is a privileged policy: use it for demos, not as a
-baseline.
+damped-least-squares IK (``sim.ik``) on its own copy of the task's MuJoCo model, from the observed joints toward
+the current waypoint, and converts the joint targets into the task's normalised action with
+``SO101Arm.ctrl_to_action``. Being privileged, it is for demos, not a baseline.
 
     expert = make_expert(env)
     obs, _ = env.reset(seed=0)
-    action = expert.act()          # [N, 6] in [-1, 1]
+    obs, reward, terminated, truncated, info = env.step(expert.act(obs))   # [N, 6] in [-1, 1]
+    expert.reset((terminated | truncated).nonzero().flatten())            # with auto-reset: new episodes
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import mujoco
 import numpy as np
 import torch
 
+from policies import keys
+from robot_rl.env import Obs, ObsSpec
 from sim import ik, so101
-from sim.core import MujocoFamilyEnv
+from sim.env import MujocoFamilyEnv
+from sim.task import Task
 
 GRIPPER_OPEN = 1.0  # rad, ~5 cm between the pads
 GRIPPER_CLOSED = -0.17  # rad, past contact so the servo squeezes
+GROUPS = (keys.CRITIC, keys.PROPRIO, keys.POLICY)  # where observation parts are looked up, first match wins
 
 
 def _quat_yaw(q: np.ndarray) -> float:
@@ -32,30 +43,54 @@ def _quat_yaw(q: np.ndarray) -> float:
     return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
 
 
-class _Expert:
-    """Shared plumbing: per-env phases, IK from the measured joints, joint targets -> actions."""
+class ScriptedExpert:
+    """Shared plumbing: per-env phases, IK from the observed joints, joint targets -> actions.
+
+    Args:
+        task: the task being solved (its config: action mapping, lift height; its scene: the expert's model).
+        num_envs: N.
+        obs_spec: the env's observation spec (names the parts the expert reads).
+        ik_iters: damped-least-squares iterations per step.
+    """
 
     site = "grasp"
+    parts: tuple[str, ...] = ()  # observation parts read besides joint_pos
 
-    def __init__(self, env: MujocoFamilyEnv, ik_iters: int = 30) -> None:
-        self.env, self.model = env, env.physics.model
-        self.arm: so101.SO101Arm = env.task.arm
+    def __init__(self, task: Task, num_envs: int, obs_spec: ObsSpec, ik_iters: int = 30) -> None:
+        self.cfg, self.obs_spec, self.num_envs = task.cfg, obs_spec, num_envs
+        self.model = task.build_spec().compile()  # the expert's own model: its IK never touches the env
         self.data = mujoco.MjData(self.model)
+        self.arm = so101.SO101Arm(self.model, torch.device("cpu"), self.cfg.max_delta, self.cfg.max_delta_gripper,
+                                  self.cfg.action_mode)
         self.ik_iters = ik_iters
         self.arm_joints = [mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, n) for n in so101.ARM_JOINTS]
-        n = env.num_envs
-        self.phase = np.zeros(n, dtype=int)
-        self.timer = np.zeros(n, dtype=int)
+        self.arm_qadr = self.arm.qpos_idx.numpy()
+        self.phase = np.zeros(num_envs, dtype=int)
+        self.timer = np.zeros(num_envs, dtype=int)
         self.memo: dict[str, np.ndarray] = {}
-        self._q_target = np.zeros((n, 6))
+        self.seen: dict[str, np.ndarray] = {}  # this step's observation parts, float64 [N, size]
+        self._q_target = np.zeros((num_envs, 6))
 
-    def _sync(self, i: int) -> None:
-        s = self.env.physics.state
-        self.data.qpos[:] = s.qpos[i].cpu().numpy()
-        mujoco.mj_kinematics(self.model, self.data)
+    def reset(self, env_ids: torch.Tensor | None = None) -> None:
+        """Start new episodes in ``env_ids`` (int [K]; None: every env)."""
+        ids = slice(None) if env_ids is None else torch.as_tensor(env_ids).cpu().long().numpy()
+        self.phase[ids], self.timer[ids] = 0, 0
 
-    def _ik(self, i: int, pos: np.ndarray, yaw: float | None) -> np.ndarray:
-        q0 = self.data.qpos[self.arm.qpos_idx[:5].cpu().numpy()]
+    def act(self, obs: Obs) -> torch.Tensor:
+        """float32 [N, 6] actions in [-1, 1] for the observations ``obs``, on their device."""
+        q = self.obs_spec.part(obs, "joint_pos", GROUPS)
+        self.seen = {name: self.obs_spec.part(obs, name, GROUPS).detach().cpu().double().numpy()
+                     for name in ("joint_pos", *self.parts)}
+        for i in range(self.num_envs):
+            self.data.qpos[self.arm_qadr] = self.seen["joint_pos"][i]
+            mujoco.mj_kinematics(self.model, self.data)
+            self._q_target[i] = self._plan(i)
+            self.timer[i] += 1
+        target = torch.as_tensor(self._q_target, dtype=torch.float32)
+        return self.arm.ctrl_to_action(q.detach().float().cpu(), target).to(q.device)
+
+    def _ik(self, pos: np.ndarray, yaw: float | None) -> np.ndarray:
+        q0 = self.data.qpos[self.arm_qadr[:5]]
         orient = ik.top_down_quat(yaw) if yaw is not None else None
         return ik.solve_ik(self.model, self.data, self.site, pos, q0, self.arm_joints,
                            target_quat_or_axis=orient, iters=self.ik_iters)
@@ -63,54 +98,40 @@ class _Expert:
     def _site_pos(self) -> np.ndarray:
         return self.data.site(self.site).xpos.copy()
 
-    def act(self) -> torch.Tensor:
-        """[N, 6] actions for the current state of every env."""
-        steps = self.env.episode_step.cpu().numpy()
-        for i in range(self.env.num_envs):
-            if steps[i] == 0:
-                self.phase[i], self.timer[i] = 0, 0
-            self._sync(i)
-            self._q_target[i] = self._plan(i)
-            self.timer[i] += 1
-        s = self.env.physics.state
-        target = torch.as_tensor(self._q_target, dtype=torch.float32, device=s.qpos.device)
-        return self.arm.ctrl_to_action(s.qpos, target)
-
     def _advance(self, i: int) -> None:
         self.phase[i] += 1
         self.timer[i] = 0
 
     def _plan(self, i: int) -> np.ndarray:
+        """[6] joint targets (rad) of env ``i``; ``self.data`` holds its observed arm pose."""
         raise NotImplementedError
 
 
-class ReachExpert(_Expert):
+class ReachExpert(ScriptedExpert):
     """IK straight to the target with the tool frame."""
 
     site = "ee"
+    parts = ("target_pos",)
 
     def _plan(self, i: int) -> np.ndarray:
-        target = self.env.task.target[i].cpu().numpy().astype(float)
-        q = self._ik(i, target, None)
-        return np.append(q, self.data.qpos[self.arm.qpos_idx[5].item()])
+        q = self._ik(self.seen["target_pos"][i], None)
+        return np.append(q, self.seen["joint_pos"][i, 5])
 
 
-class LiftExpert(_Expert):
+class LiftExpert(ScriptedExpert):
     """Above the cube -> down around it -> close -> lift, top-down with the jaws across two faces."""
 
-    def _cube(self, i: int) -> tuple[np.ndarray, float]:
-        qadr = self.env.task.cube_qadr
-        q = self.env.physics.state.qpos[i, qadr:qadr + 7].cpu().numpy()
-        return q[:3].copy(), _quat_yaw(q[3:7])
+    parts = ("cube_pos", "cube_quat", "pad_contacts")
 
     def _grasp_yaw(self, cube: np.ndarray, cube_yaw: float) -> float:
         preferred = math.atan2(cube[1], cube[0]) + math.pi / 2  # jaws across the line from the base: least roll
         return ik.nearest_grasp_yaw(cube_yaw, preferred)
 
     def _plan(self, i: int) -> np.ndarray:
-        cube, cube_yaw = self._cube(i)
-        if self.phase[i] == 0:  # remember where the cube was and how to hold it
-            self.memo.setdefault("yaw", np.zeros(self.env.num_envs))[i] = self._grasp_yaw(cube, cube_yaw)
+        cube = self.seen["cube_pos"][i]
+        if self.phase[i] == 0:  # remember how to hold the cube
+            yaw = self._grasp_yaw(cube, _quat_yaw(self.seen["cube_quat"][i]))
+            self.memo.setdefault("yaw", np.zeros(self.num_envs))[i] = yaw
             self._advance(i)
         yaw = float(self.memo["yaw"][i])
         site = self._site_pos()
@@ -120,18 +141,21 @@ class LiftExpert(_Expert):
                 self._advance(i)
         elif self.phase[i] == 2:  # down around it
             goal, grip = cube + [0, 0, 0.002], GRIPPER_OPEN
+            self.memo.setdefault("close_at", np.zeros((self.num_envs, 3)))[i] = goal
             if np.linalg.norm(site - goal) < 0.006 or self.timer[i] > 40:
                 self._advance(i)
-        elif self.phase[i] == 3:  # close
-            goal, grip = cube + [0, 0, 0.002], GRIPPER_CLOSED
+        elif self.phase[i] == 3:  # close where the descent ended: following a cube that one jaw nudges chases it away
+            goal, grip = self.memo["close_at"][i], GRIPPER_CLOSED
             if self.timer[i] > 12:
                 self._advance(i)
-        else:  # lift
-            goal, grip = cube * [1, 1, 0] + [0, 0, 0.0125 + self.env.task.cfg.lift_height + 0.03], GRIPPER_CLOSED
-        return np.append(self._ik(i, goal, yaw), grip)
+        else:  # lift; a missed grasp (a jaw nudged the cube away) starts over from above the cube, as a person would
+            goal, grip = cube * [1, 1, 0] + [0, 0, 0.0125 + self.cfg.lift_height + 0.03], GRIPPER_CLOSED
+            if self.timer[i] > 6 and self.seen["pad_contacts"][i].min() < 0.5:
+                self.phase[i], self.timer[i] = 0, 0
+        return np.append(self._ik(goal, yaw), grip)
 
 
-class PushExpert(_Expert):
+class PushExpert(ScriptedExpert):
     """Cage the cube between the open jaws and push it with the fixed jaw's flat pad along the line to the goal.
 
     The jaw opening axis is laid along the push direction u, so the fixed pad (behind) is a 2.4 cm flat pusher
@@ -140,11 +164,11 @@ class PushExpert(_Expert):
     it, the expert lifts straight up and lines up again.
     """
 
+    parts = ("cube_pos", "goal_pos")
+
     def _plan(self, i: int) -> np.ndarray:
-        qadr = self.env.task.cube_qadr
-        cube = self.env.physics.state.qpos[i, qadr:qadr + 3].cpu().numpy().astype(float)
-        goal = self.env.task.goal[i].cpu().numpy().astype(float)
-        line = self.memo.setdefault("u", np.zeros((self.env.num_envs, 2)))
+        cube, goal = self.seen["cube_pos"][i], self.seen["goal_pos"][i]
+        line = self.memo.setdefault("u", np.zeros((self.num_envs, 2)))
         site = self._site_pos()
         if self.phase[i] == 0:  # lift clear, then fix the push direction from where the cube is now
             d = goal - cube[:2]
@@ -152,7 +176,7 @@ class PushExpert(_Expert):
             if site[2] > 0.045 or self.timer[i] > 20:
                 self._advance(i)
             else:
-                return np.append(self._ik(i, site + [0, 0, 0.02], None), GRIPPER_OPEN)
+                return np.append(self._ik(site + [0, 0, 0.02], None), GRIPPER_OPEN)
         u = line[i]
         yaw = math.atan2(u[1], u[0])  # opening axis (fixed -> moving jaw) along the push
         # The fixed pad's face is ~1.5 cm behind the grasp site along the opening axis: with the site 4 mm behind
@@ -175,15 +199,16 @@ class PushExpert(_Expert):
         step = goal_pos - site
         norm = float(np.linalg.norm(step))
         waypoint = site + step * min(1.0, speed / max(norm, 1e-9))
-        return np.append(self._ik(i, waypoint, yaw), GRIPPER_OPEN)
+        return np.append(self._ik(waypoint, yaw), GRIPPER_OPEN)
 
 
-EXPERTS = {"so101_reach": ReachExpert, "so101_lift": LiftExpert, "so101_push": PushExpert}
+EXPERTS: dict[str, type[ScriptedExpert]] = {"so101_reach": ReachExpert, "so101_lift": LiftExpert,
+                                            "so101_push": PushExpert}
 
 
-def make_expert(env: MujocoFamilyEnv, **kwargs) -> _Expert:
-    """The scripted expert of ``env``'s task."""
-    name = env.task.name
-    if name not in EXPERTS:
-        raise ValueError(f"no scripted expert for task {name!r}; experts exist for {sorted(EXPERTS)}")
-    return EXPERTS[name](env, **kwargs)
+def make_expert(env: MujocoFamilyEnv, **kwargs: Any) -> ScriptedExpert:
+    """The scripted expert of ``env``'s task, for its size and observation spec (the env itself is not kept)."""
+    task = env.task
+    if task.name not in EXPERTS:
+        raise ValueError(f"no scripted expert for task {task.name!r}; experts exist for {sorted(EXPERTS)}")
+    return EXPERTS[task.name](task, env.num_envs, env.obs_spec, **kwargs)

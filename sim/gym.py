@@ -1,6 +1,7 @@
 """Interop: our tasks as single gymnasium envs and as a Stable-Baselines3 ``VecEnv`` (``sb3_vec_env``).
 
-    import sim  # registers robot_rl/SO101Reach-v0, robot_rl/SO101Lift-v0, robot_rl/SO101Push-v0
+    import sim  # registers robot_rl/SO101Reach-v0, robot_rl/SO101Lift-v0, robot_rl/SO101Push-v0,
+                # robot_rl/HumanoidWalk-v0
     env = gymnasium.make("robot_rl/SO101Lift-v0")
 
 Observations: the ``policy`` group as a float32 ``Box``; with cameras, a ``Dict`` of it (``"state"``) and one
@@ -18,12 +19,13 @@ from gymnasium import spaces
 
 from policies import keys
 from robot_rl.env import VecEnv
-from sim.core import SimConfig
+from sim.config import SimConfig
 
 GYM_IDS = {
     "robot_rl/SO101Reach-v0": "so101_reach",
     "robot_rl/SO101Lift-v0": "so101_lift",
     "robot_rl/SO101Push-v0": "so101_push",
+    "robot_rl/HumanoidWalk-v0": "humanoid_walk",
 }
 
 

@@ -17,11 +17,12 @@ import numpy as np
 import torch
 
 from policies import keys
-from robot_rl.env import Obs, ObsSpec, VecEnv, check_action
+from robot_rl.env import EpisodeTracker, Obs, ObsSpec, VecEnv, actor_ids, sanitize_action
 
 
 class GymVecEnv(VecEnv):
     """N copies of one gymnasium env id, auto-reset inside ``step`` with the true final observation in info.
+    Not resumable (a gymnasium env's state cannot be saved generically).
 
     Args:
         env_id: a registered gymnasium id with flat ``Box`` observation and action spaces.
@@ -47,52 +48,60 @@ class GymVecEnv(VecEnv):
         spec = self.envs[0].spec
         self.max_episode_length = int(spec.max_episode_steps) if spec and spec.max_episode_steps else 1000
         self.control_dt = float(getattr(self.envs[0].unwrapped, "dt", 0.05))
-        self.instruction = env_id
-        self._ret = np.zeros(num_envs)
-        self._len = np.zeros(num_envs, dtype=np.int64)
-        self._succ = np.zeros(num_envs, dtype=bool)
+        self.instructions = [env_id] * num_envs
+        self.episodes = EpisodeTracker(num_envs, self.device)
+        self._rows: list[np.ndarray] = []  # the last observation of each env
 
     def _obs(self, rows: list[np.ndarray]) -> Obs:
         x = torch.as_tensor(np.stack(rows).reshape(self.num_envs, -1), dtype=torch.float32, device=self.device)
         return {keys.POLICY: x, keys.CRITIC: x}
 
-    def reset(self, seed: int | None = None) -> tuple[Obs, dict[str, Any]]:
-        base = self.seed if seed is None else seed
-        rows = [env.reset(seed=base + i)[0] for i, env in enumerate(self.envs)]
-        self._ret[:], self._len[:], self._succ[:] = 0.0, 0, False
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict[str, Any]]:
+        """Env i is seeded with ``seed + i``; ``seed`` None: the constructor's seed when every env is reset, each
+        env's own RNG continued when ``env_ids`` picks some."""
+        ids = range(self.num_envs) if env_ids is None else torch.as_tensor(env_ids).flatten().tolist()
+        if not self._rows and len(set(ids)) != self.num_envs:
+            raise RuntimeError("the first reset() must reset every env (env_ids=None)")
+        base = self.seed if seed is None and env_ids is None else seed
+        rows = self._rows or [None] * self.num_envs
+        for i in ids:
+            rows[i] = self.envs[i].reset(seed=None if base is None else base + i)[0]
+        self._rows = rows
+        self.episodes.reset(None if env_ids is None else torch.as_tensor(ids, dtype=torch.long))
         return self._obs(rows), {keys.LOG: {}}
 
-    def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        a = check_action(action, self.num_envs, self.action_dim).clamp(-1.0, 1.0).cpu().double().numpy()
+    def step(self, action: torch.Tensor, actor: int | torch.Tensor | None = None
+             ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        applied, _ = sanitize_action(action, self.num_envs, self.action_dim, self.device)  # non-finite: raises
+        a = applied.cpu().double().numpy()
         a = self.low + 0.5 * (a + 1.0) * (self.high - self.low)
         rows, finals = [], []
         reward, term, trunc = np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
         success = np.zeros(self.num_envs, dtype=bool)
-        n = self.num_envs
-        ep_ret, ep_len, ep_succ = np.zeros(n), np.zeros(n, np.int64), np.zeros(n, bool)
         for i, env in enumerate(self.envs):
             obs, r, te, tr, info = env.step(a[i].astype(env.action_space.dtype))
             reward[i], term[i], trunc[i] = r, te, tr and not te
             success[i] = bool(info.get("is_success", False))
-            self._ret[i] += r
-            self._len[i] += 1
-            self._succ[i] |= success[i]
-            ep_ret[i], ep_len[i], ep_succ[i] = self._ret[i], self._len[i], self._succ[i]
             finals.append(obs)
             if te or tr:
                 obs = env.reset()[0]
-                self._ret[i], self._len[i], self._succ[i] = 0.0, 0, False
             rows.append(obs)
+        self._rows = rows
 
         def t(x: np.ndarray) -> torch.Tensor:
             return torch.as_tensor(x, device=self.device)
 
+        reward_t, term_t, trunc_t, success_t = t(reward).float(), t(term), t(trunc), t(success)
+        self.episodes.add(reward_t, success_t)
         info_out: dict[str, Any] = {
-            keys.FINAL_OBS: self._obs(finals), keys.SUCCESS: t(success),
-            keys.EPISODE: {keys.EP_RETURN: t(ep_ret).float(), keys.EP_LENGTH: t(ep_len), keys.EP_SUCCESS: t(ep_succ)},
-            keys.LOG: {"reward/total": float(reward.mean())},
+            keys.FINAL_OBS: self._obs(finals), keys.SUCCESS: success_t, keys.APPLIED_ACTION: applied,
+            keys.ACTOR: actor_ids(actor, self.num_envs, self.device), keys.LOG: {"reward/total": float(reward.mean())},
         }
-        return self._obs(rows), t(reward).float(), t(term), t(trunc), info_out
+        done = term_t | trunc_t
+        if bool(done.any()):
+            info_out[keys.EPISODE] = self.episodes.stats()
+            self.episodes.reset(done)
+        return self._obs(rows), reward_t, term_t, trunc_t, info_out
 
     def close(self) -> None:
         for env in self.envs:

@@ -14,8 +14,8 @@ import mujoco
 import numpy as np
 import torch
 
-from sim.core import SimState
 from sim.randomization import BatchedModelParams, write_env_params
+from sim.state import SimState
 
 
 class HostRenderer:

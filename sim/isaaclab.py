@@ -34,7 +34,7 @@ import gymnasium
 import torch
 
 from policies import keys
-from robot_rl.env import Obs, ObsSpec, VecEnv, check_action, nonfinite_rows
+from robot_rl.env import EpisodeTracker, Obs, ObsSpec, VecEnv, actor_ids, sanitize_action
 
 log = logging.getLogger(__name__)
 
@@ -80,44 +80,38 @@ class IsaacLabVecEnv(VecEnv):
         self.max_episode_length = int(base.max_episode_length)
         self.control_dt = float(base.step_dt)
         spec = getattr(env, "spec", None)
-        self.instruction = instruction or (spec.id if spec is not None else type(base).__name__)
+        self.instructions = [instruction or (spec.id if spec is not None else type(base).__name__)] * self.num_envs
         self.obs_spec, self._groups = _obs_spec(base.single_observation_space)
         self.action_dim, self._low, self._high = _action_bounds(base.single_action_space, self.device)
         self._bounded = torch.isfinite(self._low) & torch.isfinite(self._high)
         self.action_scale = float(action_scale)
         self._finite_horizon = bool(getattr(base.cfg, "is_finite_horizon", False))
         self._success = _success_fn(base, success)
-        n, dev = self.num_envs, self.device
-        self.episode_return = torch.zeros(n, device=dev)
-        self.episode_length = torch.zeros(n, dtype=torch.long, device=dev)
-        self.episode_success = torch.zeros(n, dtype=torch.bool, device=dev)
-        self._nonfinite_rewards = torch.zeros((), dtype=torch.long, device=dev)  # replaced by 0; counted over the run
+        self.episodes = EpisodeTracker(self.num_envs, self.device)
+        self._nonfinite_rewards = torch.zeros((), dtype=torch.long, device=self.device)  # set to 0; counted over the run
         self._obs: Obs | None = None  # the last observation returned (None: reset() not called yet)
         self._warned_no_final_obs = False
         self._closed = False
 
     # ----------------------------------------------------------------------------------------------- reset
-    def reset(self, seed: int | None = None) -> tuple[Obs, dict[str, Any]]:
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict[str, Any]]:
+        """Every env (Isaac Lab resets ended envs inside its step; ``env_ids`` other than all is refused)."""
+        if env_ids is not None and torch.as_tensor(env_ids).unique().numel() != self.num_envs:
+            raise NotImplementedError("IsaacLabVecEnv resets every env at once (Isaac Lab auto-resets ended envs)")
         # keyword only: ManagerBasedEnv.reset's first positional parameter is env_ids. Isaac Lab's seed() seeds
         # python, numpy, torch and warp globally (isaaclab/utils/seed.py: configure_seed).
         obs_dict, _ = self.env.reset(seed=seed)
-        self.episode_return.zero_()
-        self.episode_length.zero_()
-        self.episode_success.zero_()
+        self.episodes.reset()
         self._obs = self._convert(obs_dict)
         return self._obs, {keys.LOG: {}}
 
     # ------------------------------------------------------------------------------------------------ step
-    def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+    def step(self, action: torch.Tensor, actor: int | torch.Tensor | None = None
+             ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         if self._obs is None:
             raise RuntimeError("call reset() before step()")
-        action = check_action(action, self.num_envs, self.action_dim).to(self.device)
-        bad = nonfinite_rows(action)
-        if bool(bad.any()):
-            ids = bad.nonzero().flatten().tolist()
-            raise ValueError(f"non-finite action (NaN/inf) for envs {ids[:10]}{'...' if len(ids) > 10 else ''}; "
-                             "nothing was sent to Isaac Lab")
-        a = action.clamp(-1.0, 1.0)
+        applied, _ = sanitize_action(action, self.num_envs, self.action_dim, self.device)  # non-finite: raises
+        a = applied
         a = torch.where(self._bounded, self._low + 0.5 * (a + 1.0) * (self._high - self._low), self.action_scale * a)
         prev_obs = self._obs
         obs_dict, reward, terminated, time_outs, extras = self.env.step(a)
@@ -133,21 +127,16 @@ class IsaacLabVecEnv(VecEnv):
         reward = torch.where(bad_reward, torch.zeros_like(reward), reward)
         self._nonfinite_rewards += bad_reward.sum()
         success = self._success(self.base).to(self.device) != 0 if self._success else torch.zeros_like(terminated)
-        self.episode_return += reward
-        self.episode_length += 1
-        self.episode_success |= success
+        self.episodes.add(reward, success)
 
         done = terminated | truncated
-        info: dict[str, Any] = {keys.SUCCESS: success}
+        info: dict[str, Any] = {keys.SUCCESS: success, keys.APPLIED_ACTION: applied,
+                                keys.ACTOR: actor_ids(actor, self.num_envs, self.device)}
         scalars = {"reward/total": reward.mean(), "sim/nonfinite_rewards": self._nonfinite_rewards}
         if bool(done.any()):
             info[keys.FINAL_OBS] = self._final_obs(obs, extras.pop("final_obs", None), prev_obs, done)
-            info[keys.EPISODE] = {keys.EP_RETURN: self.episode_return.clone(),
-                                  keys.EP_LENGTH: self.episode_length.clone(),
-                                  keys.EP_SUCCESS: self.episode_success.clone()}
-            self.episode_return.masked_fill_(done, 0.0)  # masked_fill_: no device sync, unlike x[done] = 0
-            self.episode_length.masked_fill_(done, 0)
-            self.episode_success.masked_fill_(done, False)
+            info[keys.EPISODE] = self.episodes.stats()
+            self.episodes.reset(done)  # a bool mask: no device sync
             scalars.update({LOG_PREFIX + k: v for k, v in extras.get("log", {}).items()})
         else:
             info[keys.FINAL_OBS] = obs
@@ -179,16 +168,9 @@ class IsaacLabVecEnv(VecEnv):
             out[ours] = torch.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0) if v.is_floating_point() else v
         return out
 
-    # --------------------------------------------------------------------------------------- checkpointing
-    def state_dict(self) -> dict[str, Any]:
-        """The adapter's episode bookkeeping only: Isaac Lab's simulation state cannot be saved, so checkpoints of
-        a run on it hold the learner but cannot be resumed bitwise (``load_state_dict`` refuses)."""
-        return {"episode_return": self.episode_return.clone(), "episode_length": self.episode_length.clone(),
-                "episode_success": self.episode_success.clone(), "resumable": False}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        raise NotImplementedError("an Isaac Lab env cannot be restored: its simulation state is not checkpointed. "
-                                  "Start a new run (the checkpoint's exported policy can still be loaded).")
+    # Not resumable (VecEnv.resumable is False): Isaac Lab's simulation state cannot be saved, so a checkpoint of a
+    # run on it holds the learner and no env state, and resuming it is refused (start a new run; the checkpoint's
+    # exported policy still loads).
 
     def close(self) -> None:
         if self._closed:

@@ -38,10 +38,11 @@ import torch
 from mujoco import mjx
 from mujoco.mjx._src import forward as _mjx_forward  # implicit(): MJX's implicitfast integrator (mujoco-mjx 3.17)
 
-from sim.core import BatchedParamsPhysics, SimState
 from sim.host_render import HostRenderer
 from sim.mjx_compat import make_mjx_compatible
+from sim.physics import BatchedParamsPhysics
 from sim.randomization import BatchedModelParams, ModelRandomizer, RandomizationConfig
+from sim.state import SimState
 
 _VIEWED = ("qpos", "qvel", "ctrl", "mocap_pos", "mocap_quat", "sensordata")
 

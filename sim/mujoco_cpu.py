@@ -22,8 +22,9 @@ import mujoco.rollout
 import numpy as np
 import torch
 
-from sim.core import Physics, SimState
+from sim.physics import Physics
 from sim.randomization import ModelRandomizer, RandomizationConfig, write_env_params
+from sim.state import SimState
 
 _S = mujoco.mjtState
 _FULL = _S.mjSTATE_FULLPHYSICS.value

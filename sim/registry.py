@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from robot_rl.env import VecEnv
-from sim.core import MujocoFamilyEnv, SimConfig, Task
+from sim.config import SimConfig
+from sim.env import MujocoFamilyEnv
+from sim.task import Task
 
 
 def _tasks() -> dict[str, tuple[type, type]]:

@@ -79,10 +79,11 @@ class SO101Arm:
         out[:, self.act_idx] = target.to(out.dtype)
         return out
 
-    def ctrl_to_action(self, qpos: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Inverse of ``action_to_ctrl`` for joint targets [N, 6] (used by scripted experts); clipped to [-1, 1]."""
+    def ctrl_to_action(self, joint_pos: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Inverse of ``action_to_ctrl``: joint targets [N, 6] (rad) from measured joint positions [N, 6] (rad)
+        -> actions [N, 6] clipped to [-1, 1] (what a teleoperator's joint targets become; the scripted experts)."""
         if self.action_mode == "delta":
-            a = (target - self.qpos(qpos)) / self.max_delta
+            a = (target - joint_pos) / self.max_delta
         else:
             a = 2.0 * (target - self.low) / (self.high - self.low) - 1.0
         return a.clamp(-1.0, 1.0)

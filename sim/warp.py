@@ -34,9 +34,10 @@ import torch
 import warp as wp
 
 from robot_rl.env import nonfinite_rows
-from sim.core import BatchedParamsPhysics, SimState
 from sim.host_render import HostRenderer
+from sim.physics import BatchedParamsPhysics
 from sim.randomization import BatchedModelParams, ModelRandomizer, RandomizationConfig
+from sim.state import SimState
 
 _VIEWED = ("qpos", "qvel", "ctrl", "mocap_pos", "mocap_quat", "sensordata")
 _MIN_GRAPH_DRIVER = (12, 4)  # mujoco_warp's solver uses conditional graph nodes (``opt.graph_conditional``)

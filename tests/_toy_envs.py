@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from policies import keys
-from robot_rl.env import Obs, ObsSpec, VecEnv, check_action
+from robot_rl.env import Obs, ObsSpec, VecEnv, actor_ids, sanitize_action
 
 
 class PointMassEnv(VecEnv):
@@ -16,9 +16,12 @@ class PointMassEnv(VecEnv):
     The critic group adds the step count (privileged: the actor does not see time).
     """
 
+    resumable = True
+
     def __init__(self, num_envs: int = 64, seed: int = 0, device: str = "cpu") -> None:
         self.num_envs, self.device, self.action_dim = num_envs, torch.device(device), 1
-        self.max_episode_length, self.control_dt, self.instruction = 40, 0.1, "go to the origin"
+        self.max_episode_length, self.control_dt = 40, 0.1
+        self.instructions = ["go to the origin"] * num_envs
         self.obs_spec = ObsSpec({keys.POLICY: (1,), keys.CRITIC: (2,)})
         self.gen = torch.Generator().manual_seed(seed)
         dev = self.device
@@ -36,14 +39,15 @@ class PointMassEnv(VecEnv):
         self.x[ids] = torch.where(u[0] < 0.5, -1.0, 1.0) * (0.3 + 0.7 * u[1])
         self.t[ids], self.ret[ids], self.succ[ids] = 0, 0.0, False
 
-    def reset(self, seed: int | None = None) -> tuple[Obs, dict[str, Any]]:
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict[str, Any]]:
         if seed is not None:
             self.gen.manual_seed(seed)
-        self._reset(torch.arange(self.num_envs, device=self.device))
+        self._reset(torch.arange(self.num_envs, device=self.device) if env_ids is None else env_ids)
         return self._obs(), {keys.LOG: {}}
 
-    def step(self, action: torch.Tensor):
-        a = check_action(action, self.num_envs, 1).clamp(-1, 1)[:, 0]
+    def step(self, action: torch.Tensor, actor: int | torch.Tensor | None = None):
+        applied, _ = sanitize_action(action, self.num_envs, 1, self.device)
+        a = applied[:, 0]
         self.x = self.x + 0.1 * a
         self.t += 1
         reward = -self.x.abs()
@@ -55,7 +59,8 @@ class PointMassEnv(VecEnv):
         obs = self._obs()
         done = terminated | truncated
         info: dict[str, Any] = {keys.SUCCESS: success, keys.LOG: {"reward/distance": float(reward.mean())},
-                                keys.FINAL_OBS: {k: v.clone() for k, v in obs.items()}}
+                                keys.FINAL_OBS: {k: v.clone() for k, v in obs.items()}, keys.APPLIED_ACTION: applied,
+                                keys.ACTOR: actor_ids(actor, self.num_envs, self.device)}
         info[keys.EPISODE] = {keys.EP_RETURN: self.ret.clone(), keys.EP_LENGTH: self.t.clone(),
                               keys.EP_SUCCESS: self.succ.clone()}
         ids = done.nonzero().flatten()

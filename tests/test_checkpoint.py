@@ -82,7 +82,8 @@ def test_write_load_verify(tmp_path):
     path = mgr.save(1, state, {"task": "t"}, policy=pol, score=1.0)
     manifest = json.loads((path / ck.MANIFEST).read_text())
     assert set(manifest["files"]) == {"state.safetensors", "state.json", "meta.json", "policy/config.json",
-                                      "policy/model.safetensors"}
+                                      "policy/model.safetensors", "policy/processor.json",
+                                      "policy/processor.safetensors"}
     for target in (tmp_path, tmp_path / "checkpoints", path, path / ck.META):  # run dir, folder, checkpoint, file
         loaded = load_checkpoint(target)
         assert loaded.path == path and loaded.meta["iteration"] == 1 and loaded.meta["task"] == "t"

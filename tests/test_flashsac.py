@@ -350,7 +350,7 @@ def test_cli_trains_resumes_and_evaluates_flashsac_on_so101_reach(tmp_path):
     run = tmp_path / "run"
     tiny = ["task=so101_reach", "algo=flashsac", "sim.num_envs=8", "algo.steps_per_iteration=8",
             "algo.batch_size=32", "algo.learning_starts=64", "algo.actor.hidden_dim=16", "algo.critic.hidden_dim=16",
-            "checkpoint.every=3", "eval.enabled=false", "logger.progress=false", "logger.tensorboard=false",
+            "checkpoint_every=3", "eval.enabled=false", "logger.progress=false", "logger.tensorboard=false",
             f"run_dir={run}"]
     assert main(["train", *tiny, "total_steps=192"]) == 0
     ckpt = load_checkpoint(run)

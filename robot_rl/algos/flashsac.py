@@ -27,6 +27,7 @@ from policies import keys
 from policies.modules.flash import project_to_unit_norm
 from policies.tanh_gaussian import TanhGaussianPolicy
 from robot_rl import returns
+from robot_rl.algos.base import OffPolicyAlgorithm
 from robot_rl.algos.guard import NonFiniteGuard
 from robot_rl.buffers.replay import ReplayBuffer, sample_mixed
 from robot_rl.models.q_critics import CategoricalQ
@@ -164,7 +165,7 @@ class ReturnScale:
             setattr(self, k, torch.as_tensor(sd[k], dtype=torch.float64).to(self.g.device).clone())
 
 
-class FlashSAC:
+class FlashSAC(OffPolicyAlgorithm):
     """The learner. ``act`` during collection, ``update(replay)`` for one gradient update; never steps an env.
 
     Args:
@@ -213,6 +214,18 @@ class FlashSAC:
     @property
     def obs_groups(self) -> list[str]:
         return sorted({self.actor.cfg.obs_key, self.critic.cfg.obs_key})
+
+    @property
+    def replay_capacity(self) -> int:
+        return self.cfg.buffer_size
+
+    @property
+    def learning_starts(self) -> int:
+        return self.cfg.learning_starts
+
+    @property
+    def updates_per_step(self) -> float:
+        return self.cfg.updates_per_step
 
     @property
     def alpha(self) -> torch.Tensor:

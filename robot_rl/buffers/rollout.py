@@ -10,11 +10,12 @@ from robot_rl import returns
 
 
 class RolloutBuffer:
-    """T steps of N envs: observations (one tensor per group), actions and what the collecting policy saw.
+    """T steps of N envs: observations (one tensor per group), actions, rewards, dones and the extras the
+    collecting algorithm declares (``OnPolicyAlgorithm.rollout_fields``: PPO stores log π, V, μ, σ).
 
-    Row ``t`` holds ``(o_t, a_t, log π(a_t|o_t), V(o_t), μ_t, σ_t, r_t, done_t)``; ``r_t`` already includes the
-    time-out bootstrap (``returns.bootstrap_time_outs``). After ``compute_returns`` the buffer also holds
-    ``advantages`` and ``returns`` [T, N]. Nothing is allocated after construction.
+    Row ``t`` holds ``(o_t, a_t, r_t, done_t, extras_t)``; ``r_t`` already includes the time-out bootstrap
+    (``returns.bootstrap_time_outs``). ``advantages`` and ``returns`` [T, N] are filled by ``compute_returns``.
+    Nothing is allocated after construction.
 
     Args:
         num_steps: T, steps per env per rollout.
@@ -23,10 +24,12 @@ class RolloutBuffer:
         action_dim: A.
         device: where every tensor lives (the env's / learner's device).
         obs_dtypes: optional group -> dtype (float32 by default; uint8 for images).
+        extras: name -> per-env shape of the algorithm's per-step extras (float32).
     """
 
     def __init__(self, num_steps: int, num_envs: int, obs_shapes: dict[str, tuple[int, ...]], action_dim: int,
-                 device: torch.device | str, obs_dtypes: dict[str, torch.dtype] | None = None) -> None:
+                 device: torch.device | str, obs_dtypes: dict[str, torch.dtype] | None = None,
+                 extras: dict[str, tuple[int, ...]] | None = None) -> None:
         if num_steps < 1 or num_envs < 1:
             raise ValueError(f"num_steps and num_envs must be >= 1, got {num_steps}, {num_envs}")
         self.num_steps, self.num_envs, self.device = num_steps, num_envs, torch.device(device)
@@ -35,12 +38,9 @@ class RolloutBuffer:
         self.obs = {k: torch.zeros(t, n, *s, dtype=dtypes.get(k, torch.float32), device=self.device)
                     for k, s in obs_shapes.items()}
         self.action = torch.zeros(t, n, action_dim, device=self.device)
-        self.mean = torch.zeros(t, n, action_dim, device=self.device)
-        self.std = torch.zeros(t, n, action_dim, device=self.device)
-        self.log_prob = torch.zeros(t, n, device=self.device)
-        self.value = torch.zeros(t, n, device=self.device)
         self.reward = torch.zeros(t, n, device=self.device)
         self.done = torch.zeros(t, n, dtype=torch.bool, device=self.device)
+        self.extras = {k: torch.zeros(t, n, *s, device=self.device) for k, s in (extras or {}).items()}
         self.advantages = torch.zeros(t, n, device=self.device)
         self.returns = torch.zeros(t, n, device=self.device)
         self.step = 0
@@ -49,36 +49,40 @@ class RolloutBuffer:
     def full(self) -> bool:
         return self.step == self.num_steps
 
-    def add(self, obs: dict[str, torch.Tensor], action: torch.Tensor, log_prob: torch.Tensor, value: torch.Tensor,
-            mean: torch.Tensor, std: torch.Tensor, reward: torch.Tensor, done: torch.Tensor) -> None:
-        """Store one step of every env: obs groups [N, ...], action/mean/std [N, A], the rest [N]."""
+    def add(self, obs: dict[str, torch.Tensor], action: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,
+            extras: dict[str, torch.Tensor] | None = None) -> None:
+        """Store one step of every env: obs groups [N, ...], action [N, A], reward and done [N], and every
+        declared extra [N, ...]."""
         if self.full:
             raise RuntimeError(f"rollout buffer is full ({self.num_steps} steps); call clear() after the update")
+        extras = extras or {}
+        if set(extras) != set(self.extras):
+            raise KeyError(f"rollout extras {sorted(extras)} differ from the declared {sorted(self.extras)}")
         t = self.step
         for k, buf in self.obs.items():
             buf[t].copy_(obs[k])
         self.action[t].copy_(action)
-        self.log_prob[t].copy_(log_prob)
-        self.value[t].copy_(value)
-        self.mean[t].copy_(mean)
-        self.std[t].copy_(std)
         self.reward[t].copy_(reward)
         self.done[t].copy_(done)
+        for k, buf in self.extras.items():
+            buf[t].copy_(extras[k])
         self.step += 1
 
     def clear(self) -> None:
         self.step = 0
 
-    def compute_returns(self, last_value: torch.Tensor, gamma: float, lam: float) -> None:
-        """Fill ``advantages`` and ``returns`` [T, N] by GAE; ``last_value`` [N] is V(o_T)."""
+    def compute_returns(self, values: torch.Tensor, last_value: torch.Tensor, gamma: float, lam: float) -> None:
+        """Fill ``advantages`` and ``returns`` [T, N] by GAE from the values [T, N] of the stored observations
+        and ``last_value`` [N] = V(o_T)."""
         if not self.full:
             raise RuntimeError(f"rollout holds {self.step}/{self.num_steps} steps; fill it before computing returns")
-        adv, ret = returns.gae(self.reward, self.value, self.done, last_value, gamma, lam)
+        adv, ret = returns.gae(self.reward, values, self.done, last_value, gamma, lam)
         self.advantages.copy_(adv)
         self.returns.copy_(ret)
 
     def minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor | dict[str, torch.Tensor]]]:
-        """One shuffled pass over the T·N samples in ``num_minibatches`` flat batches [B, ...].
+        """One shuffled pass over the T·N samples in ``num_minibatches`` flat batches [B, ...]: ``obs`` (a dict),
+        ``action``, ``advantages``, ``returns`` and every extra by its name.
 
         Shuffling draws from torch's default generator of the buffer's device (saved in checkpoints).
         """
@@ -87,14 +91,11 @@ class RolloutBuffer:
             raise ValueError(f"num_minibatches must be in [1, {total}], got {num_minibatches}")
         size = total // num_minibatches
         perm = torch.randperm(total, device=self.device)
-        flat = {k: v.flatten(0, 1) for k, v in self._fields().items()}
+        fields = {"action": self.action, "advantages": self.advantages, "returns": self.returns, **self.extras}
+        flat = {k: v.flatten(0, 1) for k, v in fields.items()}
         flat_obs = {k: v.flatten(0, 1) for k, v in self.obs.items()}
         for i in range(num_minibatches):
             idx = perm[i * size:(i + 1) * size]
             batch: dict[str, torch.Tensor | dict[str, torch.Tensor]] = {k: v[idx] for k, v in flat.items()}
             batch["obs"] = {k: v[idx] for k, v in flat_obs.items()}
             yield batch
-
-    def _fields(self) -> dict[str, torch.Tensor]:
-        return {"action": self.action, "log_prob": self.log_prob, "value": self.value, "mean": self.mean,
-                "std": self.std, "advantages": self.advantages, "returns": self.returns}

@@ -7,45 +7,35 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from omegaconf import MISSING
+
+from robot_rl.runners.common import RunLimits
 
 
 @dataclass
-class TrainSettings:
-    """Top-level keys of configs/train.yaml (see the comments there)."""
+class TrainSettings(RunLimits):
+    """Top-level keys of configs/train.yaml: the run's limits (``RunLimits``: total_steps, max_minutes,
+    checkpoint_every, stop_success_rate, success_window, seed) and where and how it runs."""
 
-    seed: int = 0
-    device: str = "cpu"
-    run_dir: str | None = None
-    resume: str | None = None
-    total_steps: int | None = 3_000_000
-    max_minutes: float | None = None
-    stop_success_rate: float | None = None
-    torch_threads: int = 1
-    deterministic: bool = False
-    success_window: int = 200
+    device: str = "cpu"  # learner device: cpu | cuda | cuda:<i> | auto (the env keeps sim.device)
+    run_dir: str | None = None  # default: runs/<task>_<algo>_<YYYYmmdd_HHMMSS>; on resume: the checkpoint's run
+    resume: str | None = None  # a run folder or checkpoint folder to continue from, exactly
+    torch_threads: int = 1  # torch intra-op threads (the simulator has its own, sim.num_threads)
+    deterministic: bool = False  # torch.use_deterministic_algorithms(True): bitwise-reproducible CPU runs
 
     def __post_init__(self) -> None:
-        if self.total_steps is None and self.max_minutes is None:
-            raise ValueError("set total_steps or max_minutes: the run needs a stopping rule")
-        if self.total_steps is not None and self.total_steps < 1:
-            raise ValueError(f"total_steps must be >= 1 env steps, got {self.total_steps}")
-        if self.max_minutes is not None and self.max_minutes <= 0:
-            raise ValueError(f"max_minutes must be > 0, got {self.max_minutes}")
-        if self.stop_success_rate is not None and not 0.0 < self.stop_success_rate <= 1.0:
-            raise ValueError(f"stop_success_rate must be in (0, 1] or null, got {self.stop_success_rate}")
+        super().__post_init__()
         if self.torch_threads < 1:
             raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
 
 
 @dataclass
 class CheckpointSettings:
-    every: int = 50  # iterations
-    keep_last: int = 3
+    keep_last: int = 3  # complete checkpoints kept besides the best (the cadence is checkpoint_every)
 
     def __post_init__(self) -> None:
-        if self.every < 1 or self.keep_last < 1:
-            raise ValueError(f"checkpoint.every and checkpoint.keep_last must be >= 1, got {self.every}, "
-                             f"{self.keep_last}")
+        if self.keep_last < 1:
+            raise ValueError(f"checkpoint.keep_last must be >= 1, got {self.keep_last}")
 
 
 @dataclass
@@ -70,21 +60,13 @@ class EvalSettings:
 
 
 @dataclass
-class EvalCommand:
-    """configs/eval.yaml."""
+class EvalCommand(EvalSettings):
+    """configs/eval.yaml: ``robot-rl eval`` (the evaluation's fields are ``EvalSettings``')."""
 
-    checkpoint: str
-    out_dir: str | None = None
-    device: str = "cpu"
-    num_episodes: int = 100
-    num_envs: int = 50
-    seed: int = 10000
-    video: bool = True
-    video_episodes: int = 5
-    camera: str = "front"
-    width: int = 320
-    height: int = 240
-    num_threads: int = 2
+    checkpoint: str = MISSING  # a run folder or checkpoint folder (required)
+    out_dir: str | None = None  # default: <run folder>/eval_<checkpoint name>
+    device: str = "cpu"  # cpu | cuda | cuda:<i> | auto
+    num_threads: int = 2  # simulator threads
 
 
 def typed(cls: type, values: dict[str, Any], where: str) -> Any:

@@ -11,16 +11,13 @@ Configs are Hydra YAML in the top-level ``configs/`` folder (train.yaml, eval.ya
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import logging
 import os
-import random
 import sys
 from pathlib import Path
 from typing import Any
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 USAGE = """usage: robot-rl <command> [key=value ...]
 
 commands:
@@ -31,72 +28,18 @@ commands:
 Options are Hydra overrides of the YAML files in {config_dir}."""
 
 
-def _compose(name: str, overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name=name, overrides=overrides)
-
-
-def _seed_everything(seed: int) -> None:
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def _build_ppo(algo_raw: dict[str, Any], env: Any, device: Any) -> tuple[Any, int]:
-    """PPO with a Gaussian actor on the ``policy`` group and an MLP critic on ``critic`` (else ``policy``)."""
-    from policies import keys
-    from policies.gaussian import GaussianPolicy, GaussianPolicyConfig
-    from robot_rl.algos.ppo import PPO, PPOConfig
-    from robot_rl.cli.config import typed
-    from robot_rl.models.critics import CriticConfig, MLPCritic
-
-    shapes = env.obs_spec.shapes
-    critic_key = keys.CRITIC if keys.CRITIC in shapes else keys.POLICY
-    for k in (keys.POLICY, critic_key):
-        if len(shapes[k]) != 1:
-            raise ValueError(f"algo=ppo needs a flat '{k}' observation, the env gives shape {shapes[k]}")
-    num_steps = int(algo_raw.pop("num_steps"))
-    policy_cfg = typed(GaussianPolicyConfig, {**algo_raw.pop("policy"), "obs_dim": shapes[keys.POLICY][0],
-                                              "action_dim": env.action_dim}, "algo.policy")
-    critic_cfg = typed(CriticConfig, {**algo_raw.pop("critic"), "obs_dim": shapes[critic_key][0],
-                                      "obs_key": critic_key}, "algo.critic")
-    ppo_cfg = typed(PPOConfig, algo_raw, "algo")
-    return PPO(GaussianPolicy(policy_cfg), MLPCritic(critic_cfg), ppo_cfg, device), num_steps
-
-
-def _build_flashsac(algo_raw: dict[str, Any], env: Any, device: Any) -> tuple[Any, dict[str, Any]]:
-    """FlashSAC and the off-policy runner's keys (robot_rl/cli/offpolicy.py)."""
-    from robot_rl.cli.offpolicy import build_flashsac
-
-    return build_flashsac(algo_raw, env, device)
-
-
-ALGOS = {"ppo": _build_ppo, "flashsac": _build_flashsac}
-
-
 def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: Any, ev: Any, device: Any,
             curve_dir: Path, extra: dict[str, Any], env: Any = None) -> dict[str, Any]:
     """Seeded evaluation, an mp4 from a camera and the learning-curve PNG, all written into ``out_dir``.
 
     ``env``: an open env to evaluate on (Isaac Lab: one simulation per process); None: one of ``ev.num_envs`` envs.
     """
-    import torch
-
     from robot_rl.evaluation import evaluate, record_video
     from robot_rl.logging import CURVE_PNG, plot_learning_curve, read_curve
-    from robot_rl.runners.common import to_device
     from sim.registry import ISAACLAB, make_env
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    policy.eval()
-
-    def act(obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return policy.act(to_device(obs, device), deterministic=True)
+    act = policy.to(device).eval()  # any Policy, chunked or not: evaluation runs it through an ActionQueue
 
     result: dict[str, Any] = dict(extra)
     if env is not None:
@@ -129,102 +72,25 @@ def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: 
 
 
 def train(cfg: Any) -> Path:
-    """``robot-rl train``: build, (resume,) learn, then evaluate, film and plot into the run folder."""
-    import torch
-    from omegaconf import OmegaConf
+    """``robot-rl train``: build (and resume), learn, then evaluate, film and plot into the run folder."""
+    from robot_rl.cli.build import build_training
+    from sim.registry import ISAACLAB
 
-    from robot_rl.checkpoint import (
-        CHECKPOINTS_DIR,
-        CheckpointManager,
-        check_resume_compatible,
-        load_checkpoint,
-        remove_partial_writes,
-    )
-    from robot_rl.cli.config import CheckpointSettings, EvalSettings, TrainSettings, resolve_device, typed
-    from robot_rl.logging import LoggerConfig, RunLogger
-    from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
-    from sim.registry import ISAACLAB, config_from_dict, make_env, sim_config_from_dict
-
-    full = OmegaConf.to_container(cfg, resolve=True)
-    raw = json.loads(json.dumps(full))
-    task_raw, algo_raw, sim_raw = raw.pop("task"), raw.pop("algo"), raw.pop("sim")
-    ckpt_s = typed(CheckpointSettings, raw.pop("checkpoint"), "checkpoint")
-    eval_s = typed(EvalSettings, raw.pop("eval"), "eval")
-    log_s = typed(LoggerConfig, raw.pop("logger"), "logger")
-    s = typed(TrainSettings, raw, "")
-    device = resolve_device(s.device)
-    task_name, algo_name = task_raw.pop("name"), algo_raw.pop("name")
-    if algo_name not in ALGOS:
-        raise ValueError(f"bad config: algo={algo_name!r}; allowed: {sorted(ALGOS)}")
-    _seed_everything(s.seed)
-    torch.set_num_threads(s.torch_threads)
-    if s.deterministic:
-        torch.use_deterministic_algorithms(True)
-    task_cfg, sim_cfg = config_from_dict(task_name, task_raw), sim_config_from_dict(sim_raw)
-    if s.resume and sim_cfg.backend == ISAACLAB:  # IsaacLabVecEnv.load_state_dict refuses: no simulation state saved
-        raise ValueError("cannot resume a sim=isaaclab run: Isaac Lab's simulation state is not checkpointed, so it "
-                         "cannot continue exactly; start a new run (`robot-rl eval checkpoint=...` loads its policy)")
-
-    ckpt = load_checkpoint(s.resume) if s.resume else None
-    if ckpt is not None:
-        run_dir = Path(s.run_dir) if s.run_dir else ckpt.path.parent.parent
-    else:
-        stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
-        run_dir = Path(s.run_dir or f"runs/{task_name}_{algo_name}_{stamp}")
-    env = make_env(task_name, sim_cfg, task_cfg)
-    algo, num_steps = ALGOS[algo_name](algo_raw, env, device)
-    meta = {"task": task_name, "algo": algo_name, "obs_spec": env.obs_spec.to_json(), "action_dim": env.action_dim,
-            "task_config": dataclasses.asdict(task_cfg), "config": full}
-    if ckpt is not None:
-        check_resume_compatible(ckpt.meta, meta)
-        _warn_changed(ckpt.meta.get("config", {}), full)
-    remove_partial_writes(run_dir / CHECKPOINTS_DIR)  # first: a half-written checkpoint may hold the space needed
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    start_steps = int(ckpt.meta.get("env_steps", 0)) if ckpt is not None else 0
-    logger = RunLogger(run_dir, log_s, s.total_steps, start_steps, config=full)
-    if algo_name == "flashsac":  # off-policy: num_steps holds the runner's keys of configs/algo/flashsac.yaml
-        from robot_rl.cli.offpolicy import make_off_policy_runner
-
-        runner = make_off_policy_runner(env, algo, num_steps, s, ckpt_s.every, logger,
-                                        CheckpointManager(run_dir / "checkpoints", ckpt_s.keep_last), meta)
-    else:
-        runner_cfg = OnPolicyRunnerConfig(num_steps=num_steps, total_steps=s.total_steps, max_minutes=s.max_minutes,
-                                          checkpoint_every=ckpt_s.every, stop_success_rate=s.stop_success_rate,
-                                          success_window=s.success_window, seed=s.seed)
-        runner = OnPolicyRunner(env, algo, runner_cfg, logger, CheckpointManager(run_dir / "checkpoints",
-                                                                                 ckpt_s.keep_last), meta)
-    if ckpt is not None:
-        runner.restore(ckpt)
-        logger.truncate_curve(runner.iteration)
-        print(f"resumed from {ckpt.path} at iteration {runner.iteration} ({runner.env_steps} env steps)",
-              file=sys.stderr)
-    with env:  # closed after the evaluation, which runs on it for Isaac Lab (one simulation per process)
+    run = build_training(cfg)
+    runner, eval_s = run.runner, run.eval_settings
+    with run.env:  # closed after the evaluation, which runs on it for Isaac Lab (one simulation per process)
         try:
             runner.learn()
         finally:
-            logger.close()
-        print(f"trained {runner.env_steps} env steps in {runner.elapsed_s:.1f} s; run folder {run_dir}",
+            run.logger.close()
+        print(f"trained {runner.env_steps} env steps in {runner.elapsed_s:.1f} s; run folder {run.run_dir}",
               file=sys.stderr)
         if eval_s.enabled:
             extra = {"checkpoint": str(runner.checkpoints.latest()), "env_steps": runner.env_steps,
                      "train_wall_s": runner.elapsed_s}
-            _report(run_dir, algo.policy, task_name, task_cfg, sim_cfg, eval_s, device, run_dir, extra,
-                    env if sim_cfg.backend == ISAACLAB else None)
-    return run_dir
-
-
-def _warn_changed(old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Resuming with other settings (cadence, budget, hyperparameters) is allowed but said out loud."""
-    def flat(d: Any, p: str = "") -> dict[str, Any]:
-        if not isinstance(d, dict):
-            return {p: d}
-        return {k: v for key, val in d.items() for k, v in flat(val, f"{p}.{key}" if p else key).items()}
-
-    a, b = flat(old), flat(new)
-    changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in ("resume", "run_dir"))
-    if changed:
-        print(f"warning: resuming with changed settings: {', '.join(changed)}", file=sys.stderr)
+            _report(run.run_dir, run.algo.policy, run.task_name, run.task_cfg, run.sim_cfg, eval_s, run.device,
+                    run.run_dir, extra, run.env if run.sim_cfg.backend == ISAACLAB else None)
+    return run.run_dir
 
 
 def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
@@ -241,6 +107,9 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     device = resolve_device(e.device)
     torch.set_num_threads(1)
     folder, meta = load_meta(e.checkpoint)
+    missing = [k for k in ("task", "task_config", "config") if k not in meta]
+    if missing:  # e.g. an offline run's checkpoint, which names its dataset instead of a task
+        raise ValueError(f"{folder}: meta.json has no {missing}, so the task to evaluate on is unknown")
     policy = load_policy(folder / POLICY_DIR, device)
     task_cfg = config_from_dict(meta["task"], meta["task_config"])
     sim_raw = dict(meta["config"]["sim"], num_envs=e.num_envs, num_threads=e.num_threads, device="cpu")
@@ -264,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     from policies.safetensors_check import MalformedFileError
     from robot_rl.algos.guard import NonFiniteError
     from robot_rl.checkpoint import OutputWriteError
+    from robot_rl.cli.build import CONFIG_DIR, compose
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -277,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering for videos on machines without a display
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        COMMANDS[cmd](_compose(cmd, overrides))
+        COMMANDS[cmd](compose(cmd, overrides))
     except (HydraException, ValueError, FileNotFoundError, MalformedFileError) as err:
         print(f"robot-rl {cmd}: error: {err}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ class CriticConfig:
     activation: str = "elu"  # one of policies.mlp.ACTIVATIONS
     normalize_obs: bool = True  # empirical running mean/var normalization of the input
     obs_key: str = keys.CRITIC  # observation group read (privileged state: asymmetric actor/critic)
-    init: str = "default"  # weight init, policies.mlp.INITS ("orthogonal": √2 hidden, output_gain last layer)
+    init: str = "orthogonal"  # weight init, policies.mlp.INITS: √2 on hidden layers, output_gain on the value head
     output_gain: float = 1.0  # orthogonal gain of the value head
 
     def __post_init__(self) -> None:

@@ -64,14 +64,20 @@ class EpisodeStats:
 
 
 def run_state(algo: Any, env: VecEnv, obs: Obs, runner: dict[str, Any]) -> dict[str, Any]:
-    """The tree a checkpoint stores to continue bitwise: learner, env (physics, task, RNG), current
-    observations, the runner's counters and the global RNGs."""
-    return {"algo": algo.state_dict(), "env": env.state_dict(), "obs": obs, "runner": runner, "rng": rng_state()}
+    """The tree a checkpoint stores to continue bitwise: learner, env (physics, task, RNG; None when the env is not
+    ``resumable``), current observations, the runner's counters and the global RNGs."""
+    env_state = env.state_dict() if env.resumable else None
+    return {"algo": algo.state_dict(), "env": env_state, "obs": obs, "runner": runner, "rng": rng_state()}
 
 
 def restore_run_state(ckpt: Checkpoint, algo: Any, env: VecEnv, device: torch.device) -> tuple[Obs, dict[str, Any]]:
-    """Inverse of ``run_state``; returns the observations to continue from and the runner's counters."""
+    """Inverse of ``run_state``; returns the observations to continue from and the runner's counters. Refuses an env
+    that is not ``resumable`` (or a checkpoint written without env state) before anything is loaded."""
     state = ckpt.state
+    if not env.resumable or state.get("env") is None:
+        what = f"{type(env).__name__} is not resumable" if not env.resumable else "the checkpoint holds no env state"
+        raise ValueError(f"cannot resume from {ckpt.path}: {what}, so the run cannot continue where it stopped. "
+                         "Start a new run (the checkpoint's exported policy still loads).")
     algo.load_state_dict(state["algo"])
     env.load_state_dict(state["env"])
     set_rng_state(state["rng"])
@@ -82,18 +88,24 @@ def restore_run_state(ckpt: Checkpoint, algo: Any, env: VecEnv, device: torch.de
 class RunLimits:
     """When a run stops, how often it logs and checkpoints: the fields every runner config shares."""
 
-    total_steps: int | None = 3_000_000  # stop after this many env steps (summed over envs); None: no limit
+    total_steps: int | None = 300_000  # stop after this many env steps (summed over envs); None: no limit
     max_minutes: float | None = None  # stop after this much wall-clock (minutes, summed over resumes)
     checkpoint_every: int = 50  # iterations between checkpoints (the last iteration is always saved)
-    stop_success_rate: float | None = None  # also stop once the rolling success rate reaches this (0..1)
+    stop_success_rate: float | None = None  # also stop once the rolling success rate reaches this (0..1]
     success_window: int = 200  # finished episodes in the rolling return / success statistics
-    seed: int = 0  # env.reset seed of a fresh run
+    seed: int = 0  # seeds python/numpy/torch and the env.reset of a fresh run
 
     def __post_init__(self) -> None:
         if self.checkpoint_every < 1 or self.success_window < 1:
-            raise ValueError("checkpoint.every and success_window must be >= 1")
+            raise ValueError("checkpoint_every and success_window must be >= 1")
         if self.total_steps is None and self.max_minutes is None:
             raise ValueError("set total_steps or max_minutes (or both): the run needs a stopping rule")
+        if self.total_steps is not None and self.total_steps < 1:
+            raise ValueError(f"total_steps must be >= 1 env steps, got {self.total_steps}")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ValueError(f"max_minutes must be > 0, got {self.max_minutes}")
+        if self.stop_success_rate is not None and not 0.0 < self.stop_success_rate <= 1.0:
+            raise ValueError(f"stop_success_rate must be in (0, 1] or null, got {self.stop_success_rate}")
 
 
 def should_stop(cfg: RunLimits, stats: EpisodeStats, env_steps: int, elapsed_s: float) -> bool:
@@ -106,11 +118,12 @@ def should_stop(cfg: RunLimits, stats: EpisodeStats, env_steps: int, elapsed_s: 
 
 
 class RunnerLoop:
-    """The loop every runner shares: reset, iterate until the stopping rule, checkpoint every ``checkpoint_every``
-    iterations and at the end (checkpoint time is not training time). Subclasses own one iteration and the save."""
+    """The loop every runner shares: start, iterate until the stopping rule, checkpoint every ``checkpoint_every``
+    iterations and at the end (checkpoint time is not training time). Subclasses own one iteration and the save;
+    a runner without an env (offline) overrides ``start`` and ``_done``."""
 
-    env: VecEnv
-    cfg: RunLimits
+    env: VecEnv | None
+    cfg: Any  # RunLimits for the env runners; any config with checkpoint_every
     stats: EpisodeStats
     checkpoints: CheckpointManager | None
     device: torch.device
@@ -127,6 +140,13 @@ class RunnerLoop:
         self.sim_s += time.perf_counter() - start
         return out
 
+    def start(self) -> None:
+        """Reset the env with the run's seed unless the run already has observations (restored, or started);
+        ``learn`` calls it, and so may a caller that drives ``run_iteration`` itself."""
+        if self.obs is None:
+            obs, _ = self.env.reset(seed=self.cfg.seed)
+            self.obs = to_device(obs, self.device)
+
     def run_iteration(self) -> dict[str, float]:
         raise NotImplementedError
 
@@ -138,9 +158,7 @@ class RunnerLoop:
 
     def learn(self) -> dict[str, float]:
         """Train until the stopping rule; returns the last logged scalars."""
-        if self.obs is None:
-            obs, _ = self.env.reset(seed=self.cfg.seed)
-            self.obs = to_device(obs, self.device)
+        self.start()
         scalars: dict[str, float] = {}
         while not self._done():
             try:

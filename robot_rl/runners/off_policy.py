@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from policies import keys
-from robot_rl.algos.flashsac import FlashSAC
+from robot_rl.algos.base import OffPolicyAlgorithm
 from robot_rl.buffers.replay import ReplayBuffer
 from robot_rl.checkpoint import Checkpoint, CheckpointManager
 from robot_rl.env import VecEnv, episode_mask
@@ -21,7 +21,6 @@ from robot_rl.runners.common import EpisodeStats, RunLimits, RunnerLoop, restore
 class OffPolicyRunnerConfig(RunLimits):
     """How long to train and how often to log and checkpoint (``RunLimits``), and the iteration length."""
 
-    total_steps: int | None = 500_000
     steps_per_iteration: int = 16  # vector env steps between log points (the unit of checkpoint_every)
     save_replay: bool = True  # the replay buffer goes into checkpoints (exact resume needs it)
 
@@ -44,13 +43,13 @@ class OffPolicyRunner(RunnerLoop):
         demo: an optional second buffer (demos, interventions) mixed into every batch (RLPD).
     """
 
-    def __init__(self, env: VecEnv, algo: FlashSAC, cfg: OffPolicyRunnerConfig, logger: RunLogger,
+    def __init__(self, env: VecEnv, algo: OffPolicyAlgorithm, cfg: OffPolicyRunnerConfig, logger: RunLogger,
                  checkpoints: CheckpointManager | None, meta: dict[str, Any], demo: ReplayBuffer | None = None) -> None:
         self.env, self.algo, self.cfg, self.logger = env, algo, cfg, logger
         self.checkpoints, self.meta = checkpoints, meta
         self.device, self.demo = algo.device, demo
         groups = algo.obs_groups
-        self.replay = ReplayBuffer(algo.cfg.buffer_size, env.num_envs, {g: env.obs_spec.shapes[g] for g in groups},
+        self.replay = ReplayBuffer(algo.replay_capacity, env.num_envs, {g: env.obs_spec.shapes[g] for g in groups},
                                    env.action_dim, self.device, {g: env.obs_spec.dtype(g) for g in groups})
         self.stats = EpisodeStats(cfg.success_window)
         self.iteration, self.env_steps, self.elapsed_s, self.update_debt = 0, 0, 0.0, 0.0
@@ -70,12 +69,12 @@ class OffPolicyRunner(RunnerLoop):
     def run_iteration(self) -> dict[str, float]:
         """``steps_per_iteration`` vector steps, each followed by its share of gradient updates; then log."""
         start = time.perf_counter()
-        env, algo, obs, utd = self.env, self.algo, self.obs, self.algo.cfg.updates_per_step
+        env, algo, obs, utd = self.env, self.algo, self.obs, self.algo.updates_per_step
         log_sums: dict[str, float] = {}
         losses: dict[str, list[float | torch.Tensor]] = {}
         update_s, sim_start = 0.0, self.sim_s
         for _ in range(self.cfg.steps_per_iteration):
-            warmup = self.replay.num_transitions < algo.cfg.learning_starts
+            warmup = self.replay.num_transitions < algo.learning_starts
             action = algo.random_action(env.num_envs) if warmup else algo.act(obs)
             next_obs, reward, terminated, truncated, info = self.step_env(action)
             next_obs = to_device(next_obs, self.device)

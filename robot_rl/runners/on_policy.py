@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from policies import keys
-from robot_rl.algos.ppo import PPO
+from robot_rl.algos.base import OnPolicyAlgorithm
 from robot_rl.buffers.rollout import RolloutBuffer
 from robot_rl.checkpoint import Checkpoint, CheckpointManager
 from robot_rl.env import VecEnv, episode_mask
@@ -41,14 +41,15 @@ class OnPolicyRunner(RunnerLoop):
         meta: JSON written into every checkpoint (task, obs/action spec, config) for resume checks.
     """
 
-    def __init__(self, env: VecEnv, algo: PPO, cfg: OnPolicyRunnerConfig, logger: RunLogger,
+    def __init__(self, env: VecEnv, algo: OnPolicyAlgorithm, cfg: OnPolicyRunnerConfig, logger: RunLogger,
                  checkpoints: CheckpointManager, meta: dict[str, Any]) -> None:
         self.env, self.algo, self.cfg, self.logger = env, algo, cfg, logger
         self.checkpoints, self.meta = checkpoints, meta
         self.device = algo.device
-        groups = {algo.policy.cfg.obs_key, algo.critic.cfg.obs_key}
+        groups = algo.obs_groups
         self.buffer = RolloutBuffer(cfg.num_steps, env.num_envs, {g: env.obs_spec.shapes[g] for g in groups},
-                                    env.action_dim, self.device, {g: env.obs_spec.dtype(g) for g in groups})
+                                    env.action_dim, self.device, {g: env.obs_spec.dtype(g) for g in groups},
+                                    extras=algo.rollout_fields)
         self.stats = EpisodeStats(cfg.success_window)
         self.iteration, self.env_steps, self.elapsed_s = 0, 0, 0.0
         self.sim_s = 0.0  # wall-clock inside env.step, summed over the run (the simulator's share of elapsed_s)
@@ -69,19 +70,19 @@ class OnPolicyRunner(RunnerLoop):
         sim_start = self.sim_s
         with torch.no_grad():
             for _ in range(self.cfg.num_steps):
-                out = algo.act(obs)
-                next_obs, reward, terminated, truncated, info = self.step_env(out.action)
+                action, extras = algo.act(obs)
+                next_obs, reward, terminated, truncated, info = self.step_env(action)
                 next_obs = to_device(next_obs, self.device)
                 terminated, truncated = terminated.to(self.device), truncated.to(self.device)
                 reward = algo.bootstrap_time_outs(reward.to(self.device), truncated,
                                                   to_device(info[keys.FINAL_OBS], self.device))
                 done = episode_mask(terminated, truncated)
-                buf.add(obs, out.action, out.log_prob, out.value, out.mean, out.std, reward, done)
+                buf.add(obs, action, reward, done, extras)
                 self.stats.add(info, done)
                 for k, v in info.get(keys.LOG, {}).items():
                     log_sums[k] = log_sums.get(k, 0.0) + v if k.startswith("reward/") else v
                 obs = next_obs
-            buf.compute_returns(algo.value(obs), algo.cfg.gamma, algo.cfg.lam)
+            algo.finish_rollout(buf, obs)
         collect_s = time.perf_counter() - start
         losses = algo.update(buf)
         buf.clear()

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mujoco
 import torch
 
 from sim import so101
-from sim.core import SimState
+from sim.state import SimState
 
 CAMERAS = ("front", "wrist")
+PROPRIO_PARTS = (("joint_pos", 6),)  # rad, LeRobot's joint order: what a real SO-101 reports about itself
+
+
+def concat(values: dict[str, torch.Tensor], layout: Sequence[tuple[str, int]]) -> torch.Tensor:
+    """[N, sum of sizes] the named [N, size] tensors side by side in ``layout``'s order, the order that
+    ``ObsSpec.from_parts`` names: one list decides both the observation and the names of its slices."""
+    return torch.cat([values[name] for name, _ in layout], dim=1)
 
 
 def validate_cameras(cameras: list[str]) -> None:

@@ -20,8 +20,9 @@ import torch
 
 from policies import keys
 from robot_rl.env import Obs, ObsSpec
-from sim.core import SimState, Task
 from sim.robot_description import LeggedRobotDescription
+from sim.state import SimState
+from sim.task import Task
 
 
 @dataclass
@@ -130,6 +131,8 @@ def quat_rotate_inverse(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 class HumanoidWalkTask(Task):
     name = "humanoid_walk"
     instruction = "Walk at the commanded velocity."
+    reward_term_names = ("track_lin_vel_xy_exp", "track_ang_vel_z_exp", "lin_vel_z", "ang_vel_xy", "upright",
+                         "posture", "action_rate", "joint_pos_limits", "feet_air_time", "feet_slip", "alive", "fall")
 
     def __init__(self, cfg: HumanoidWalkConfig) -> None:
         self.cfg = cfg
@@ -209,9 +212,19 @@ class HumanoidWalkTask(Task):
                                         + [c.noise_joint_pos] * a + [c.noise_joint_vel] * a + [0.0] * (a + 3),
                                         device=device)
 
+    def obs_parts(self) -> tuple[tuple[str, int], ...]:
+        """The policy observation, part by part: base velocity (m/s) and angular velocity (rad/s) in the base
+        frame, unit gravity in the base frame, joint positions relative to the home pose (rad), joint velocities
+        (rad/s), the last action, the command (vx, vy m/s, yaw rate rad/s). The critic adds the base height (m)
+        and the feet's floor contacts (1/0), noise-free."""
+        a = self.action_dim
+        return (("base_lin_vel", 3), ("base_ang_vel", 3), ("gravity", 3), ("joint_pos", a), ("joint_vel", a),
+                ("last_action", a), ("command", 3))
+
     def obs_spec(self) -> ObsSpec:
-        policy = 9 + 3 * self.action_dim + 3  # base lin/ang velocity, gravity, q, qd, last action, command
-        return ObsSpec({keys.POLICY: (policy,), keys.CRITIC: (policy + 1 + self.num_feet,)})
+        policy = self.obs_parts()
+        return ObsSpec.from_parts({keys.POLICY: policy,
+                                   keys.CRITIC: (*policy, ("base_height", 1), ("foot_contacts", self.num_feet))})
 
     # ------------------------------------------------------------------------------------------ resets
     def reset(self, state: SimState, env_ids: torch.Tensor, gen: torch.Generator) -> None:

@@ -10,7 +10,8 @@ import torch
 from policies import keys
 from robot_rl.env import Obs, ObsSpec
 from sim import so101
-from sim.core import SimState, Task
+from sim.state import SimState
+from sim.task import Task
 from sim.tasks import common
 
 CUBE_HALF = 0.0125  # m, half the cube's side
@@ -39,9 +40,17 @@ class LiftConfig:
     image_height: int = 128  # px
 
 
+# The observation, part by part (positions in m, world frame; 0.1 * joint velocities in rad/s; the cube's quaternion
+# w x y z; pad contacts 1/0; actions in [-1, 1]). The critic adds the cube's velocity (m/s).
+POLICY_PARTS = (("joint_pos", 6), ("joint_vel", 6), ("grasp_pos", 3), ("cube_pos", 3), ("cube_rel", 3),
+                ("cube_quat", 4), ("pad_contacts", 2), ("last_action", 6))
+CRITIC_PARTS = (*POLICY_PARTS, ("cube_linvel", 3))
+
+
 class LiftTask(Task):
     name = "so101_lift"
     instruction = "Pick up the red cube and lift it."
+    reward_term_names = ("reach", "grasp", "lift", "success")
 
     def __init__(self, cfg: LiftConfig) -> None:
         common.validate_cameras(cfg.cameras)
@@ -65,7 +74,8 @@ class LiftTask(Task):
         self.high = torch.tensor(self.cfg.cube_high, device=device)
 
     def obs_spec(self) -> ObsSpec:
-        return ObsSpec({keys.POLICY: (33,), keys.CRITIC: (36,)})
+        return ObsSpec.from_parts({keys.POLICY: POLICY_PARTS, keys.CRITIC: CRITIC_PARTS,
+                                   keys.PROPRIO: common.PROPRIO_PARTS})
 
     def reset(self, state: SimState, env_ids: torch.Tensor, gen: torch.Generator) -> None:
         common.reset_arm(state, self.arm, self.home, env_ids, gen, self.cfg.init_joint_noise)
@@ -86,10 +96,12 @@ class LiftTask(Task):
         grasp, cube = state.sensor("grasp_pos").float(), state.sensor("cube_pos").float()
         contacts = torch.stack([state.sensor("fixed_pad_contact")[:, 0] > 0,
                                 state.sensor("moving_pad_contact")[:, 0] > 0], dim=1).float()
-        policy = torch.cat([self.arm.qpos(state.qpos), 0.1 * self.arm.qvel(state.qvel), grasp, cube, cube - grasp,
-                            state.sensor("cube_quat").float(), contacts, self.last_action], dim=1)
-        critic = torch.cat([policy, state.sensor("cube_linvel").float()], dim=1)
-        return {keys.POLICY: policy, keys.CRITIC: critic}
+        q = self.arm.qpos(state.qpos)
+        parts = {"joint_pos": q, "joint_vel": 0.1 * self.arm.qvel(state.qvel), "grasp_pos": grasp, "cube_pos": cube,
+                 "cube_rel": cube - grasp, "cube_quat": state.sensor("cube_quat").float(), "pad_contacts": contacts,
+                 "last_action": self.last_action, "cube_linvel": state.sensor("cube_linvel").float()}
+        critic = common.concat(parts, CRITIC_PARTS)
+        return {keys.POLICY: critic[:, :-3], keys.CRITIC: critic, keys.PROPRIO: q}
 
     def reward_terms(self, state: SimState, action: torch.Tensor) -> dict[str, torch.Tensor]:
         d = torch.linalg.norm(state.sensor("cube_pos").float() - state.sensor("grasp_pos").float(), dim=1)

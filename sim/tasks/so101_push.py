@@ -10,7 +10,8 @@ import torch
 from policies import keys
 from robot_rl.env import Obs, ObsSpec
 from sim import so101
-from sim.core import SimState, Task
+from sim.state import SimState
+from sim.task import Task
 from sim.tasks import common
 
 
@@ -38,9 +39,17 @@ class PushConfig:
     image_height: int = 128  # px
 
 
+# The observation, part by part (positions in m, world frame; goal xy on the table; 0.1 * joint velocities in
+# rad/s; actions in [-1, 1]). The critic adds the cube's velocity (m/s).
+POLICY_PARTS = (("joint_pos", 6), ("joint_vel", 6), ("ee_pos", 3), ("cube_pos", 3), ("cube_rel", 3),
+                ("goal_pos", 2), ("goal_rel", 2), ("last_action", 6))
+CRITIC_PARTS = (*POLICY_PARTS, ("cube_linvel", 3))
+
+
 class PushTask(Task):
     name = "so101_push"
     instruction = "Push the red cube onto the blue circle."
+    reward_term_names = ("reach", "push", "success")
 
     def __init__(self, cfg: PushConfig) -> None:
         common.validate_cameras(cfg.cameras)
@@ -64,7 +73,8 @@ class PushTask(Task):
         self.high = torch.tensor(self.cfg.cube_high, device=device)
 
     def obs_spec(self) -> ObsSpec:
-        return ObsSpec({keys.POLICY: (31,), keys.CRITIC: (34,)})
+        return ObsSpec.from_parts({keys.POLICY: POLICY_PARTS, keys.CRITIC: CRITIC_PARTS,
+                                   keys.PROPRIO: common.PROPRIO_PARTS})
 
     def reset(self, state: SimState, env_ids: torch.Tensor, gen: torch.Generator) -> None:
         common.reset_arm(state, self.arm, self.home, env_ids, gen, self.cfg.init_joint_noise)
@@ -91,10 +101,12 @@ class PushTask(Task):
 
     def observations(self, state: SimState) -> Obs:
         ee, cube = state.sensor("ee_pos").float(), state.sensor("cube_pos").float()
-        policy = torch.cat([self.arm.qpos(state.qpos), 0.1 * self.arm.qvel(state.qvel), ee, cube, cube - ee,
-                            self.goal, self.goal - cube[:, :2], self.last_action], dim=1)
-        critic = torch.cat([policy, state.sensor("cube_linvel").float()], dim=1)
-        return {keys.POLICY: policy, keys.CRITIC: critic}
+        q = self.arm.qpos(state.qpos)
+        parts = {"joint_pos": q, "joint_vel": 0.1 * self.arm.qvel(state.qvel), "ee_pos": ee, "cube_pos": cube,
+                 "cube_rel": cube - ee, "goal_pos": self.goal, "goal_rel": self.goal - cube[:, :2],
+                 "last_action": self.last_action, "cube_linvel": state.sensor("cube_linvel").float()}
+        critic = common.concat(parts, CRITIC_PARTS)
+        return {keys.POLICY: critic[:, :-3], keys.CRITIC: critic, keys.PROPRIO: q}
 
     def reward_terms(self, state: SimState, action: torch.Tensor) -> dict[str, torch.Tensor]:
         d_reach = torch.linalg.norm(state.sensor("cube_pos").float() - state.sensor("grasp_pos").float(), dim=1)

@@ -10,7 +10,8 @@ import torch
 from policies import keys
 from robot_rl.env import Obs, ObsSpec
 from sim import so101
-from sim.core import SimState, Task
+from sim.state import SimState
+from sim.task import Task
 from sim.tasks import common
 
 
@@ -36,9 +37,15 @@ class ReachConfig:
     image_height: int = 128  # px
 
 
+# The observation, part by part (positions in m, world frame; 0.1 * joint velocities in rad/s; actions in [-1, 1]).
+POLICY_PARTS = (("joint_pos", 6), ("joint_vel", 6), ("ee_pos", 3), ("target_pos", 3), ("target_rel", 3),
+                ("last_action", 6))
+
+
 class ReachTask(Task):
     name = "so101_reach"
     instruction = "Move the gripper to the green target."
+    reward_term_names = ("distance", "near", "success", "action_rate")
 
     def __init__(self, cfg: ReachConfig) -> None:
         common.validate_cameras(cfg.cameras)
@@ -60,7 +67,8 @@ class ReachTask(Task):
         self.high = torch.tensor(self.cfg.target_high, device=device)
 
     def obs_spec(self) -> ObsSpec:
-        return ObsSpec({keys.POLICY: (27,), keys.CRITIC: (27,)})
+        return ObsSpec.from_parts({keys.POLICY: POLICY_PARTS, keys.CRITIC: POLICY_PARTS,
+                                   keys.PROPRIO: common.PROPRIO_PARTS})
 
     def reset(self, state: SimState, env_ids: torch.Tensor, gen: torch.Generator) -> None:
         common.reset_arm(state, self.arm, self.home, env_ids, gen, self.cfg.init_joint_noise)
@@ -80,11 +88,11 @@ class ReachTask(Task):
         return torch.linalg.norm(state.sensor("ee_pos").float() - self.target, dim=1)
 
     def observations(self, state: SimState) -> Obs:
-        ee = state.sensor("ee_pos").float()
-        obs = torch.cat(
-            [self.arm.qpos(state.qpos), 0.1 * self.arm.qvel(state.qvel), ee, self.target, self.target - ee,
-             self.last_action], dim=1)
-        return {keys.POLICY: obs, keys.CRITIC: obs}
+        q, ee = self.arm.qpos(state.qpos), state.sensor("ee_pos").float()
+        obs = common.concat({"joint_pos": q, "joint_vel": 0.1 * self.arm.qvel(state.qvel), "ee_pos": ee,
+                             "target_pos": self.target, "target_rel": self.target - ee,
+                             "last_action": self.last_action}, POLICY_PARTS)
+        return {keys.POLICY: obs, keys.CRITIC: obs, keys.PROPRIO: q}
 
     def reward_terms(self, state: SimState, action: torch.Tensor) -> dict[str, torch.Tensor]:
         d = self._distance(state)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import torch
 
 from policies import keys
-from sim.core import MujocoFamilyEnv
+from sim.env import MujocoFamilyEnv
 
 
 def rollout(envs: dict[str, MujocoFamilyEnv], steps: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -36,3 +39,13 @@ def assert_reset_observations_match(envs: dict[str, MujocoFamilyEnv], seed: int 
         for k in (keys.POLICY, keys.CRITIC):
             assert o[k].device == torch.device("cpu"), (name, k)
             torch.testing.assert_close(o[k], obs["mujoco"][k], atol=tol, rtol=tol, msg=f"{name} {k}")
+
+
+def use_persistent_jax_cache() -> None:
+    """Keep MJX's compiled programs across test runs (like Warp's kernel cache): the humanoid's forward and step
+    take ~55 s to compile on 2 busy cores, ~10 s to load from the cache. Call before anything is compiled."""
+    import jax
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "robot_rl" / "jax"
+    jax.config.update("jax_compilation_cache_dir", str(cache))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from policies import keys
-from sim.core import SimConfig
+from sim.config import SimConfig
 from sim.registry import make_env, task_config, task_names
 
 TASKS = ["so101_reach", "so101_lift", "so101_push"]
@@ -30,7 +30,7 @@ def test_reset_step_shapes_and_finite(task):
     for group, shape in env.obs_spec.shapes.items():
         assert obs[group].shape == (4, *shape)
         assert obs[group].dtype == env.obs_spec.dtype(group)
-    assert env.instruction and isinstance(env.instruction, str)
+    assert len(env.instructions) == 4 and all(isinstance(s, str) and s for s in env.instructions)
     for a in _rand_actions(30, 4, env.action_dim, 0):
         obs, reward, terminated, truncated, info = env.step(a)
         assert reward.shape == (4,) and terminated.shape == (4,) and truncated.shape == (4,)
@@ -74,7 +74,7 @@ def test_auto_reset_keeps_the_true_final_observation():
     assert torch.equal(final[:, target], prev[keys.POLICY][:, target])  # same episode's target
     assert not torch.equal(obs[keys.POLICY][:, target], final[:, target])  # new episode, new target
     assert torch.equal(info[keys.EPISODE][keys.EP_LENGTH], torch.tensor([5, 5]))
-    assert (env.episode_step == 0).all()
+    assert (env.episodes.lengths == 0).all()
 
 
 def test_nan_state_resets_only_the_injected_envs():
@@ -162,3 +162,107 @@ def test_state_dict_round_trip_continues_identically():
     env2.load_state_dict(sd)
     out_b = [env2.step(a)[0][keys.POLICY] for a in actions[10:]]
     assert all(torch.equal(x, y) for x, y in zip(out_a, out_b))
+
+
+def test_without_autoreset_ended_envs_wait_for_their_reset():
+    env = make_env("so101_reach", SimConfig(num_envs=3, autoreset=False), task_config("so101_reach", {"episode_length": 3}))
+    assert not env.autoreset
+    obs, _ = env.reset(seed=0)
+    for _ in range(3):
+        obs, _, terminated, truncated, info = env.step(torch.zeros(3, 6))
+    assert truncated.all() and not terminated.any()
+    assert torch.equal(obs[keys.POLICY], info[keys.FINAL_OBS][keys.POLICY])  # the last observation, not a new one
+    assert info[keys.EPISODE][keys.EP_LENGTH].tolist() == [3, 3, 3]
+    with pytest.raises(RuntimeError, match=r"envs \[0, 1, 2\] ended and sim.autoreset is off"):
+        env.step(torch.zeros(3, 6))
+    before = obs[keys.POLICY].clone()
+    obs, _ = env.reset(env_ids=torch.tensor([1]))
+    assert torch.equal(obs[keys.POLICY][[0, 2]], before[[0, 2]])  # other envs untouched
+    assert not torch.equal(obs[keys.POLICY][1], before[1])
+    with pytest.raises(RuntimeError, match=r"envs \[0, 2\] ended"):
+        env.step(torch.zeros(3, 6))
+    env.reset(env_ids=torch.tensor([0, 2]))
+    assert env.episodes.lengths.tolist() == [0, 0, 0]
+    _, _, terminated, truncated, info = env.step(torch.zeros(3, 6))
+    assert not (terminated | truncated).any() and env.episodes.lengths.tolist() == [1, 1, 1]
+
+
+def test_first_reset_resets_every_env():
+    env = _env("so101_reach", n=2)
+    with pytest.raises(RuntimeError, match="first reset"):
+        env.reset(env_ids=torch.tensor([0]))
+
+
+def test_applied_action_and_actor_in_info():
+    env = make_env("so101_reach", SimConfig(num_envs=3, on_nonfinite_action="reset"))
+    env.reset(seed=0)
+    action = torch.tensor([[2.0, -3.0, 0.5, 0.0, 0.0, 0.0]] * 3)
+    action[2, 0] = float("nan")
+    _, _, _, _, info = env.step(action)
+    applied = info[keys.APPLIED_ACTION]
+    assert applied.shape == (3, 6) and applied.dtype == torch.float32
+    assert applied[0].tolist() == [1.0, -1.0, 0.5, 0.0, 0.0, 0.0]  # clipped to [-1, 1]
+    assert applied[2].tolist() == [0.0] * 6  # the rejected non-finite row
+    assert info[keys.ACTOR].tolist() == [keys.ACTOR_POLICY] * 3 and info[keys.ACTOR].dtype == torch.long
+    _, _, _, _, info = env.step(torch.zeros(3, 6), actor=keys.ACTOR_HUMAN)
+    assert info[keys.ACTOR].tolist() == [keys.ACTOR_HUMAN] * 3
+    who = torch.tensor([keys.ACTOR_POLICY, keys.ACTOR_RECOVERY, keys.ACTOR_HUMAN])
+    _, _, _, _, info = env.step(torch.zeros(3, 6), actor=who)
+    assert torch.equal(info[keys.ACTOR], who)
+    with pytest.raises(ValueError, match="actor"):
+        env.step(torch.zeros(3, 6), actor=7)
+
+
+class _ColourReach:
+    """so101_reach whose instruction names a colour drawn at each reset (the shape of so101_pick's)."""
+
+    COLOURS = ("red", "green", "blue")
+
+    @staticmethod
+    def make(n: int):
+        from sim.tasks.so101_reach import ReachConfig, ReachTask
+
+        class ColourReachTask(ReachTask):
+            def bind(self, model, num_envs, device):
+                super().bind(model, num_envs, device)
+                self.colour = torch.zeros(num_envs, dtype=torch.long)
+
+            def reset(self, state, env_ids, gen):
+                super().reset(state, env_ids, gen)
+                self.colour[env_ids] = torch.randint(0, 3, (len(env_ids),), generator=gen)
+
+            def instructions(self, num_envs):
+                return [f"touch the {_ColourReach.COLOURS[c]} target" for c in self.colour.tolist()]
+
+        return make_env(ColourReachTask(ReachConfig(episode_length=2)), SimConfig(num_envs=n))
+
+
+def test_instructions_are_per_env_and_follow_resets():
+    env = _env("so101_lift", n=3)
+    env.reset(seed=0)
+    assert env.instructions == [env.task.instruction] * 3
+    env = _ColourReach.make(16)
+    env.reset(seed=0)
+    first = env.instructions
+    assert len(first) == 16 and len(set(first)) > 1  # each env its own text
+    assert env.instructions is first  # no reset since: not rebuilt
+    assert [s.split()[2] for s in first] == [_ColourReach.COLOURS[c] for c in env.task.colour.tolist()]
+    env.step(torch.zeros(16, 6))
+    env.step(torch.zeros(16, 6))  # every episode ends (2 steps) and auto-resets with a new draw
+    assert env.instructions != first
+    assert [s.split()[2] for s in env.instructions] == [_ColourReach.COLOURS[c] for c in env.task.colour.tolist()]
+
+
+def test_a_misspelled_reward_weight_is_an_error_naming_it():
+    cfg = task_config("so101_lift", {"reward_weights": {"reach": 2.0, "lfit": 2.0}})
+    with pytest.raises(ValueError, match=r"unknown reward weight\(s\) \['lfit'\].*'lift'"):
+        make_env("so101_lift", SimConfig(num_envs=1), cfg)
+    env = make_env("so101_lift", SimConfig(num_envs=1), task_config("so101_lift", {"reward_weights": {"lift": 1.0}}))
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(torch.zeros(1, 6))  # terms left out weigh 0: only lift counts
+    assert info[keys.LOG]["reward/reach"] == 0.0 and reward.item() == pytest.approx(info[keys.LOG]["reward/lift"])
+
+
+def test_mujoco_envs_are_resumable():
+    env = _env("so101_reach", n=1)
+    assert env.resumable

@@ -49,3 +49,22 @@ def test_random_actions_rarely_succeed():
         _, _, _, _, info = env.step(torch.rand(16, 6, generator=g) * 2 - 1)
         wins += int(info[keys.SUCCESS].sum())
     assert wins == 0
+
+
+def test_expert_acts_from_the_policy_observation_alone():
+    """Teleoperator-shaped: the expert holds no env and reads named observation parts only; given just the policy
+    group (what a gymnasium user holds) it still solves reach."""
+    env = make_env("so101_reach", SimConfig(num_envs=4, seed=0))
+    expert = make_expert(env)
+    assert not any(v is env or v is env.physics for v in vars(expert).values())
+    obs, _ = env.reset(seed=0)
+    solved = torch.zeros(4, dtype=torch.bool)
+    for _ in range(env.max_episode_length):
+        obs, _, terminated, truncated, info = env.step(expert.act({keys.POLICY: obs[keys.POLICY]}))
+        done = terminated | truncated
+        if done.any():
+            solved |= done & info[keys.EPISODE][keys.EP_SUCCESS]
+            expert.reset(done.nonzero().flatten())
+        if solved.all():
+            break
+    assert solved.all()

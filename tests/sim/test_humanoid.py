@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from policies import keys
-from sim.core import SimConfig
+from sim.config import SimConfig
 from sim.registry import make_env, task_config
 from sim.tasks import humanoid_walk as hw
 

@@ -1,7 +1,8 @@
 """Domain randomization on the mjx backend: per-env parameters batched in the mjx.Model, seeded like the CPU backend.
 
-Sampling and the state_dict need no JAX compilation; the one test that steps compiles the humanoid's batched-model
-step and forward (about 3 min on 2 busy cores), so it is ``slow``.
+The 'mjx' extra is installed by ``make test``: a broken install fails here, it is not skipped. Sampling and the
+state_dict need no JAX compilation; the one test that steps compiles the humanoid's batched-model step and forward
+(about 3 min on 2 busy cores), so it is ``slow``.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("mujoco.mjx")
-
-from sim.core import MujocoFamilyEnv, SimConfig
+from sim.config import SimConfig
+from sim.env import MujocoFamilyEnv
 from sim.mjx import MjxPhysics, make_mjx_compatible
 from sim.mujoco_cpu import MujocoPhysics
 from sim.randomization import ModelRandomizer, RandomizationConfig
 from sim.registry import make_task
+from tests.sim._backend_agreement import use_persistent_jax_cache
 
+use_persistent_jax_cache()
 N = 3
 DR = RandomizationConfig(friction=[0.5, 1.5], mass=[0.8, 1.2], com_offset=0.005, joint_damping=[0.5, 2.0],
                          armature=[0.8, 1.2], actuator_gain=[0.7, 1.3], camera_pos_jitter=0.01, light_scale=[0.6, 1.0],

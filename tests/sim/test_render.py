@@ -3,7 +3,7 @@
 import torch
 
 from policies import keys
-from sim.core import SimConfig
+from sim.config import SimConfig
 from sim.registry import make_env, task_config
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from policies import keys
-from sim.core import SimConfig
+from sim.config import SimConfig
 from sim.registry import config_from_dict, make_env, make_task, task_config
 from sim.robot_description import ASSETS, LeggedRobotDescription
 
@@ -95,9 +95,9 @@ def test_group_action_scale_sets_joint_targets():
 def test_g1_config_composes_and_names_its_missing_file():
     from omegaconf import OmegaConf
 
-    from robot_rl.cli.main import _compose
+    from robot_rl.cli.build import compose
 
-    cfg = OmegaConf.to_container(_compose("train", ["task=humanoid_walk", "task/robot=g1",
+    cfg = OmegaConf.to_container(compose("train", ["task=humanoid_walk", "task/robot=g1",
                                                     "task.robot.mjcf=/nonexistent/scene_mjx.xml"]), resolve=True)
     raw = dict(cfg["task"])
     raw.pop("name")

@@ -1,0 +1,254 @@
+"""The public build API: compose a config, seed, and build the env, the algorithm and the runner of a run.
+
+The CLI, the benchmarks and the tests build runs the same way, through these functions:
+
+    cfg = compose("train", ["task=so101_reach", "algo=ppo", "total_steps=50000"])
+    run = build_training(cfg)          # env, algorithm, runner, logger, run folder (resumed if cfg.resume)
+    run.runner.learn()                 # or: run.runner.start(); run.runner.run_iteration() ...
+    run.close()
+
+``ALGORITHMS`` is the one table of learners: each entry says how to build the learner from its config and which
+runner drives it. This package (``robot_rl/cli``) is the only place that wires ``sim`` into ``robot_rl``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from policies import keys
+from policies.gaussian import GaussianPolicy, GaussianPolicyConfig
+from policies.tanh_gaussian import TanhGaussianPolicy, TanhGaussianPolicyConfig
+from robot_rl.algos.base import Algorithm
+from robot_rl.algos.flashsac import FlashSAC, FlashSACConfig
+from robot_rl.algos.ppo import PPO, PPOConfig
+from robot_rl.checkpoint import CheckpointManager, check_resume_compatible, load_checkpoint
+from robot_rl.cli.config import CheckpointSettings, EvalSettings, TrainSettings, resolve_device, typed
+from robot_rl.env import VecEnv
+from robot_rl.logging import LoggerConfig, RunLogger
+from robot_rl.models.critics import CriticConfig, MLPCritic
+from robot_rl.models.q_critics import CategoricalQ, CategoricalQConfig
+from robot_rl.runners.common import RunLimits
+from robot_rl.runners.off_policy import OffPolicyRunner, OffPolicyRunnerConfig
+from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+def compose(command: str, overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    """The Hydra config of ``robot-rl <command>`` (``configs/<command>.yaml``) with ``key=value`` overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from robot_rl.cli.schemas import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return hydra_compose(config_name=command, overrides=list(overrides))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators."""
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# ----------------------------------------------------------------------------------------------- learners
+def _flat_group(env: VecEnv, key: str, algo: str) -> int:
+    shape = env.obs_spec.shapes[key]
+    if len(shape) != 1:
+        raise ValueError(f"algo={algo} needs a flat '{key}' observation, the env gives shape {shape}")
+    return shape[0]
+
+
+def _critic_key(env: VecEnv) -> str:
+    return keys.CRITIC if keys.CRITIC in env.obs_spec.shapes else keys.POLICY
+
+
+def build_ppo(algo_raw: dict[str, Any], env: VecEnv, device: torch.device) -> PPO:
+    """PPO with a Gaussian actor on the ``policy`` group and an MLP critic on ``critic`` (else ``policy``)."""
+    algo_raw = dict(algo_raw)
+    critic_key = _critic_key(env)
+    policy_cfg = typed(GaussianPolicyConfig, {**algo_raw.pop("policy", {}), "obs_dim": _flat_group(env, keys.POLICY, "ppo"),
+                                              "action_dim": env.action_dim}, "algo.policy")
+    critic_cfg = typed(CriticConfig, {**algo_raw.pop("critic", {}), "obs_dim": _flat_group(env, critic_key, "ppo"),
+                                      "obs_key": critic_key}, "algo.critic")
+    return PPO(GaussianPolicy(policy_cfg), MLPCritic(critic_cfg), typed(PPOConfig, algo_raw, "algo"), device)
+
+
+def build_flashsac(algo_raw: dict[str, Any], env: VecEnv, device: torch.device) -> FlashSAC:
+    """FlashSAC with a tanh-Gaussian actor on ``policy`` and the critics on ``critic`` (else ``policy``)."""
+    algo_raw = dict(algo_raw)
+    critic_key = _critic_key(env)
+    actor_cfg = typed(TanhGaussianPolicyConfig, {**algo_raw.pop("actor", {}),
+                                                 "obs_dim": _flat_group(env, keys.POLICY, "flashsac"),
+                                                 "action_dim": env.action_dim}, "algo.actor")
+    critic_raw = algo_raw.pop("critic", {})
+    cfg = typed(FlashSACConfig, algo_raw, "algo")
+    critic_cfg = typed(CategoricalQConfig, {**critic_raw, "obs_dim": _flat_group(env, critic_key, "flashsac"),
+                                            "action_dim": env.action_dim, "obs_key": critic_key,
+                                            "num_bins": cfg.num_bins, "v_min": cfg.v_min, "v_max": cfg.v_max},
+                       "algo.critic")
+    return FlashSAC(TanhGaussianPolicy(actor_cfg), CategoricalQ(critic_cfg), cfg, env.num_envs, device)
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """How ``algo=<name>`` is built and driven.
+
+    ``runner_keys`` are the keys of the algo config that belong to the runner's config (``runner_config``), e.g.
+    PPO's rollout length; the rest go to ``build``.
+    """
+
+    build: Callable[[dict[str, Any], VecEnv, torch.device], Algorithm]
+    runner: type
+    runner_config: type
+    runner_keys: tuple[str, ...] = ()
+
+
+ALGORITHMS: dict[str, AlgorithmEntry] = {
+    "ppo": AlgorithmEntry(build_ppo, OnPolicyRunner, OnPolicyRunnerConfig, ("num_steps",)),
+    "flashsac": AlgorithmEntry(build_flashsac, OffPolicyRunner, OffPolicyRunnerConfig,
+                               ("steps_per_iteration", "save_replay")),
+}
+
+
+def algorithm_entry(name: str) -> AlgorithmEntry:
+    if name not in ALGORITHMS:
+        raise ValueError(f"bad config: algo={name!r}; allowed: {sorted(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
+def build_algorithm(name: str, algo_raw: dict[str, Any], env: VecEnv,
+                    device: torch.device | str = "cpu") -> tuple[Algorithm, dict[str, Any]]:
+    """The learner ``algo=<name>`` from its config (a plain dict, ``name`` excluded) and the runner's keys."""
+    entry = algorithm_entry(name)
+    learner_raw = {k: v for k, v in algo_raw.items() if k not in entry.runner_keys}
+    runner_keys = {k: algo_raw[k] for k in entry.runner_keys if k in algo_raw}
+    return entry.build(learner_raw, env, torch.device(device)), runner_keys
+
+
+def build_runner(name: str, env: VecEnv, algo: Algorithm, runner_keys: dict[str, Any], limits: RunLimits,
+                 logger: RunLogger, checkpoints: CheckpointManager | None, meta: dict[str, Any]) -> Any:
+    """The runner that drives ``algo=<name>``: its config is the run's limits plus the algo config's runner keys."""
+    entry = algorithm_entry(name)
+    shared = {f.name: getattr(limits, f.name) for f in dataclasses.fields(RunLimits)}
+    cfg = typed(entry.runner_config, {**shared, **runner_keys}, "algo")
+    return entry.runner(env, algo, cfg, logger, checkpoints, meta)
+
+
+# --------------------------------------------------------------------------------------------------- envs
+def build_env(task_raw: dict[str, Any], sim_raw: dict[str, Any]) -> VecEnv:
+    """The env of a composed ``task`` and ``sim`` config (plain dicts; ``task.name`` picks the task)."""
+    from sim.registry import config_from_dict, make_env, sim_config_from_dict
+
+    task_raw = dict(task_raw)
+    name = task_raw.pop("name")
+    return make_env(name, sim_config_from_dict(sim_raw), config_from_dict(name, task_raw))
+
+
+# ---------------------------------------------------------------------------------------------------- run
+@dataclass
+class Training:
+    """A built run of ``robot-rl train``: everything ``runner.learn()`` and the final report need."""
+
+    config: dict[str, Any]  # the resolved composed config
+    settings: TrainSettings
+    checkpoint_settings: CheckpointSettings
+    eval_settings: EvalSettings
+    task_name: str
+    task_cfg: Any
+    sim_cfg: Any
+    device: torch.device
+    env: VecEnv
+    algo: Algorithm
+    runner: Any
+    logger: RunLogger
+    run_dir: Path
+
+    def close(self) -> None:
+        self.logger.close()
+        self.env.close()
+
+
+def build_training(cfg: Any) -> Training:
+    """Build (and, with ``resume=``, restore) a training run from a composed ``train`` config.
+
+    Seeds the global generators, sets torch's threads, refuses to resume onto another setup, removes partial
+    checkpoint writes before anything else is written, and writes ``config.yaml`` into the run folder.
+    """
+    from omegaconf import OmegaConf
+
+    from robot_rl.checkpoint import CHECKPOINTS_DIR, remove_partial_writes
+    from sim.registry import ISAACLAB, config_from_dict, make_env, sim_config_from_dict
+
+    full = OmegaConf.to_container(cfg, resolve=True)
+    raw = json.loads(json.dumps(full))
+    task_raw, algo_raw, sim_raw = raw.pop("task"), raw.pop("algo"), raw.pop("sim")
+    ckpt_s = typed(CheckpointSettings, raw.pop("checkpoint"), "checkpoint")  # keep_last
+    eval_s = typed(EvalSettings, raw.pop("eval"), "eval")
+    log_s = typed(LoggerConfig, raw.pop("logger"), "logger")
+    s = typed(TrainSettings, raw, "")
+    device = resolve_device(s.device)
+    task_name, algo_name = task_raw.pop("name"), algo_raw.pop("name")
+    algorithm_entry(algo_name)
+    seed_everything(s.seed)
+    torch.set_num_threads(s.torch_threads)
+    if s.deterministic:
+        torch.use_deterministic_algorithms(True)
+    task_cfg, sim_cfg = config_from_dict(task_name, task_raw), sim_config_from_dict(sim_raw)
+    if s.resume and sim_cfg.backend == ISAACLAB:  # IsaacLabVecEnv.load_state_dict refuses: no simulation state saved
+        raise ValueError("cannot resume a sim=isaaclab run: Isaac Lab's simulation state is not checkpointed, so it "
+                         "cannot continue exactly; start a new run (`robot-rl eval checkpoint=...` loads its policy)")
+    ckpt = load_checkpoint(s.resume) if s.resume else None
+    if ckpt is not None:
+        run_dir = Path(s.run_dir) if s.run_dir else ckpt.path.parent.parent
+    else:
+        stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
+        run_dir = Path(s.run_dir or f"runs/{task_name}_{algo_name}_{stamp}")
+    env = make_env(task_name, sim_cfg, task_cfg)
+    algo, runner_keys = build_algorithm(algo_name, algo_raw, env, device)
+    meta = {"task": task_name, "algo": algo_name, "obs_spec": env.obs_spec.to_json(), "action_dim": env.action_dim,
+            "task_config": dataclasses.asdict(task_cfg), "config": full}
+    if ckpt is not None:
+        check_resume_compatible(ckpt.meta, meta)
+        _warn_changed(ckpt.meta.get("config", {}), full)
+    remove_partial_writes(run_dir / CHECKPOINTS_DIR)  # first: a half-written checkpoint may hold the space needed
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    start_steps = int(ckpt.meta.get("env_steps", 0)) if ckpt is not None else 0
+    logger = RunLogger(run_dir, log_s, s.total_steps, start_steps, config=full)
+    checkpoints = CheckpointManager(run_dir / CHECKPOINTS_DIR, ckpt_s.keep_last)
+    runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta)
+    if ckpt is not None:
+        runner.restore(ckpt)
+        logger.truncate_curve(runner.iteration)
+        print(f"resumed from {ckpt.path} at iteration {runner.iteration} ({runner.env_steps} env steps)",
+              file=sys.stderr)
+    return Training(full, s, ckpt_s, eval_s, task_name, task_cfg, sim_cfg, device, env, algo, runner, logger,
+                    run_dir)
+
+
+def _warn_changed(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Resuming with other settings (cadence, budget, hyperparameters) is allowed but said out loud."""
+    def flat(d: Any, p: str = "") -> dict[str, Any]:
+        if not isinstance(d, dict):
+            return {p: d}
+        return {k: v for key, val in d.items() for k, v in flat(val, f"{p}.{key}" if p else key).items()}
+
+    a, b = flat(old), flat(new)
+    changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in ("resume", "run_dir"))
+    if changed:
+        print(f"warning: resuming with changed settings: {', '.join(changed)}", file=sys.stderr)
