@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 import warp as wp
 
 from sim.config import SimConfig
