@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from policies.gaussian import GaussianPolicy
+from policies.normalizer import EmpiricalNormalizer
 from robot_rl import returns
 from robot_rl.algos.base import OnPolicyAlgorithm
 from robot_rl.algos.guard import NonFiniteGuard
@@ -38,6 +39,9 @@ class PPOConfig:
     # hundreds), 256 envs, seeds 0-2: clipped reached 90 % on every seed (3.05, 2.89, 5.55 M env steps); unclipped
     # was faster on seeds 1-2 (1.75, 1.27 M) and had no success on seed 0 in 4.56 M.
     use_clipped_value_loss: bool = True
+    # Value targets normalised by running statistics of the returns: the critic predicts (R − μ_R) / σ_R, so the value
+    # clip and loss are in σ units whatever the task's return scale (so101_lift's returns are in the hundreds).
+    normalize_value: bool = False
     value_coef: float = 1.0  # weight of the value loss
     entropy_coef: float = 0.01  # weight of the entropy bonus (nats)
     learning_rate: float = 1e-3  # Adam step size at the start (the adaptive schedule changes it)
@@ -93,6 +97,8 @@ class PPO(OnPolicyAlgorithm):
         self.params = [*self.policy.parameters(), *self.critic.parameters()]
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate)
         self.guard = NonFiniteGuard(cfg.max_consecutive_nonfinite)
+        # Running mean / variance of the returns (cfg.normalize_value); identity statistics until the first update.
+        self.return_norm = EmpiricalNormalizer((), clip=1e6).to(self.device)
 
     @property
     def obs_groups(self) -> list[str]:
@@ -125,13 +131,14 @@ class PPO(OnPolicyAlgorithm):
         self.critic.update_normalizer(obs)
         dist = self.policy.distribution(obs)
         action = dist.sample()
-        return action, {"log_prob": dist.log_prob(action).sum(-1), "value": self.critic(obs), "mean": dist.mean,
+        return action, {"log_prob": dist.log_prob(action).sum(-1), "value": self.value(obs), "mean": dist.mean,
                         "std": dist.stddev}
 
     @torch.no_grad()
     def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """V(o) [N]."""
-        return self.critic(obs)
+        """V(o) [N] in return units (the critic's output denormalised when ``cfg.normalize_value``)."""
+        v = self.critic(obs)
+        return self.return_norm.inverse(v) if self.cfg.normalize_value else v
 
     @torch.no_grad()
     def bootstrap_time_outs(self, reward: torch.Tensor, truncated: torch.Tensor,
@@ -139,7 +146,7 @@ class PPO(OnPolicyAlgorithm):
         """r + γ·V(final_obs) where the episode timed out (terminations are never bootstrapped)."""
         if not bool(truncated.any()):
             return reward
-        return returns.bootstrap_time_outs(reward, truncated, self.critic(final_obs), self.cfg.gamma)
+        return returns.bootstrap_time_outs(reward, truncated, self.value(final_obs), self.cfg.gamma)
 
     @torch.no_grad()
     def finish_rollout(self, buffer: RolloutBuffer, last_obs: dict[str, torch.Tensor]) -> None:
@@ -150,6 +157,9 @@ class PPO(OnPolicyAlgorithm):
     def update(self, buffer: RolloutBuffer) -> dict[str, float]:
         """Epochs × minibatches of clipped PPO on a full buffer with returns computed. Returns mean stats."""
         cfg = self.cfg
+        if cfg.normalize_value:  # statistics of this rollout's returns join before its targets are normalised
+            self.return_norm.train()
+            self.return_norm.update(buffer.returns.flatten())
         if cfg.normalize_advantages:
             adv = buffer.advantages
             adv.copy_((adv - adv.mean()) / (adv.std() + 1e-8))
@@ -172,14 +182,16 @@ class PPO(OnPolicyAlgorithm):
         dist = self.policy.distribution(obs)
         log_prob = dist.log_prob(batch["action"]).sum(-1)
         entropy = dist.entropy().sum(-1).mean()
-        value = self.critic(obs)
+        value, old_value = self.critic(obs), batch["value"]
+        if cfg.normalize_value:  # the loss in σ units: targets and the collecting values normalised alike
+            ret, old_value = self.return_norm(ret), self.return_norm(old_value)
 
         # L_clip = E[max(−A·ρ, −A·clip(ρ, 1 − ε, 1 + ε))],  ρ = π(a|o) / π_old(a|o)
         ratio = torch.exp(log_prob - batch["log_prob"])
         surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip)).mean()
         # L_V = E[max((V − R)², (V_old + clip(V − V_old, ±ε_v) − R)²)]
         if cfg.use_clipped_value_loss:
-            v_clipped = batch["value"] + (value - batch["value"]).clamp(-cfg.value_clip, cfg.value_clip)
+            v_clipped = old_value + (value - old_value).clamp(-cfg.value_clip, cfg.value_clip)
             value_loss = torch.max((value - ret) ** 2, (v_clipped - ret) ** 2).mean()
         else:
             value_loss = ((value - ret) ** 2).mean()
@@ -211,10 +223,13 @@ class PPO(OnPolicyAlgorithm):
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue bitwise: networks (with normalizers), optimizer, guard counters."""
         return {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "guard": self.guard.state_dict(), "cfg": asdict(self.cfg)}
+                "optimizer": self.optimizer.state_dict(), "guard": self.guard.state_dict(),
+                "return_norm": self.return_norm.state_dict(), "cfg": asdict(self.cfg)}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.policy.load_state_dict(sd["policy"])
         self.critic.load_state_dict(sd["critic"])
         self.optimizer.load_state_dict(sd["optimizer"])
         self.guard.load_state_dict(sd["guard"])
+        if "return_norm" in sd:  # absent from checkpoints written before value normalisation existed
+            self.return_norm.load_state_dict(sd["return_norm"])
