@@ -88,7 +88,7 @@ class IsaacLabVecEnv(VecEnv):
         self._finite_horizon = bool(getattr(base.cfg, "is_finite_horizon", False))
         self._success = _success_fn(base, success)
         self.episodes = EpisodeTracker(self.num_envs, self.device)
-        self._nonfinite_rewards = torch.zeros((), dtype=torch.long, device=self.device)  # set to 0; counted over the run
+        self._nonfinite_rewards = torch.zeros((), dtype=torch.long, device=self.device)  # zeroed; counted over the run
         self._obs: Obs | None = None  # the last observation returned (None: reset() not called yet)
         self._warned_no_final_obs = False
         self._closed = False

@@ -98,9 +98,10 @@ def _isaaclab_env(task: Any, sim: SimConfig, cfg: Any) -> VecEnv:
                          "only them; use sim=isaaclab task=isaaclab task.id=<gymnasium id, e.g. Isaac-Cartpole>")
     if not isinstance(cfg, IsaacLabTaskConfig):
         raise TypeError(f"task=isaaclab needs an IsaacLabTaskConfig, got {type(cfg).__name__}")
-    if sim.on_nonfinite_action != "raise" or sim.randomization != RandomizationConfig():
-        raise ValueError("sim=isaaclab: sim.on_nonfinite_action must be 'raise' and sim.randomization empty (Isaac "
-                         "Lab randomizes through the task's own event terms: set them with task.overrides)")
+    if sim.on_nonfinite_action != "raise" or sim.randomization != RandomizationConfig() or not sim.autoreset:
+        raise ValueError("sim=isaaclab: sim.on_nonfinite_action must be 'raise', sim.autoreset true (Isaac Lab resets "
+                         "ended envs itself) and sim.randomization empty (Isaac Lab randomizes through the task's own "
+                         "event terms: set them with task.overrides)")
     return make_isaaclab_env(cfg.id, sim.num_envs, sim.device, cfg.overrides, sim.seed, cfg.launcher_args,
                              cfg.action_scale, cfg.success)
 

@@ -165,7 +165,8 @@ def test_state_dict_round_trip_continues_identically():
 
 
 def test_without_autoreset_ended_envs_wait_for_their_reset():
-    env = make_env("so101_reach", SimConfig(num_envs=3, autoreset=False), task_config("so101_reach", {"episode_length": 3}))
+    env = make_env("so101_reach", SimConfig(num_envs=3, autoreset=False),
+                   task_config("so101_reach", {"episode_length": 3}))
     assert not env.autoreset
     obs, _ = env.reset(seed=0)
     for _ in range(3):

@@ -1,6 +1,8 @@
 """Named observation parts: every flat group of every task is named slice by slice, the names read the right
 quantities, and the SO-101 tasks have a proprio-only group (what a real arm reports)."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -18,7 +20,7 @@ def test_parts_tile_each_flat_group_exactly(task):
     for group, parts in spec.parts.items():
         slices = sorted(parts.values())
         assert slices[0][0] == 0 and slices[-1][1] == spec.shapes[group][0], group
-        assert all(a[1] == b[0] for a, b in zip(slices, slices[1:])), f"{group}: gaps or overlaps {slices}"
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(slices)), f"{group}: gaps or overlaps {slices}"
         assert obs[group].shape == (2, *spec.shapes[group])
     assert spec.to_json()[keys.POLICY]["parts"]["joint_pos"] == list(spec.parts[keys.POLICY]["joint_pos"])
     env.close()
