@@ -29,7 +29,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import re
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +50,24 @@ ANCHORS = {
     "mjlab_g1_rtx5090_4096_env_steps_per_s": 125_000,
     "playground_ppo_a100_end_to_end_steps_per_s": 47_000,
 }
+
+
+def recorded_commit(given: str | None) -> str:
+    """The commit the record names: ``git rev-parse HEAD`` of this checkout; where there is no .git (a device
+    machine gets the working tree only), the full 40-hex hash given by ``--commit`` / ``GIT_COMMIT``, checked here
+    before any measuring. (A record once said "4fd", which is no commit.)"""
+    try:
+        head = subprocess.check_output(["git", "rev-parse", "HEAD"], text=True, cwd=Path(__file__).parent,
+                                       stderr=subprocess.DEVNULL).strip()
+    except (OSError, subprocess.CalledProcessError):
+        head = None
+    if head is not None:
+        if given is not None and not head.startswith(given):
+            raise SystemExit(f"--commit/GIT_COMMIT {given!r} is not this checkout's HEAD {head}")
+        return head
+    if given is None or not re.fullmatch(r"[0-9a-f]{40}", given):
+        raise SystemExit(f"no .git here: pass the full commit, GIT_COMMIT=$(git rev-parse HEAD), got {given!r}")
+    return given
 
 
 def say(*a: object) -> None:
@@ -222,8 +242,7 @@ class Bench:
             "ppo": self.ppo,
             "notes": self.notes,
         }
-        if a.commit:
-            data["commit"] = a.commit
+        data["commit"] = a.commit  # recorded_commit(): checked at the start
         path = write_result(NAME, data, goals, Path(a.out))
         self.plot(Path(a.out) / f"{NAME}.png")
         return path
@@ -286,6 +305,7 @@ def main() -> None:
     p.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
     p.add_argument("--commit", default=os.environ.get("GIT_COMMIT"), help="recorded commit (no .git on the machine)")
     a = p.parse_args()
+    a.commit = recorded_commit(a.commit)
     a.sizes = [int(s) for s in (a.sizes or ("2,4" if a.quick else "1024,4096,8192")).split(",")]
     a.steps = a.steps or (3 if a.quick else 100)
     a.max_s = a.max_s or (60.0 if a.quick else 6.0)
