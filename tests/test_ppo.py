@@ -165,7 +165,8 @@ def test_restore_continues_from_the_checkpoint_bitwise(tmp_path):
         resumed.learn()
         assert ran == [3, 4, 5]  # the iterations left, not a fresh start and none redone
 
-        assert resumed.iteration == straight.iteration == 6 and resumed.algo.learning_rate == straight.algo.learning_rate
+        assert resumed.iteration == straight.iteration == 6
+        assert resumed.algo.learning_rate == straight.algo.learning_rate
         a = flatten_tree({"algo": straight.algo.state_dict(), "obs": straight.obs, "env": straight.env.state_dict(),
                           "stats": straight.stats.state_dict()})
         b = flatten_tree({"algo": resumed.algo.state_dict(), "obs": resumed.obs, "env": resumed.env.state_dict(),
