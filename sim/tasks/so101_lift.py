@@ -105,17 +105,20 @@ class LiftTask(Task):
 
     def reward_terms(self, state: SimState, action: torch.Tensor) -> dict[str, torch.Tensor]:
         d = torch.linalg.norm(state.sensor("cube_pos").float() - state.sensor("grasp_pos").float(), dim=1)
-        h = self._height(state)
+        h, grasped = self._height(state), self._grasped(state)
         # Every shaping term is <= 0 so that finishing early (success ends the episode) is never avoided.
         return {
             "reach": -d,  # m
-            "grasp": self._grasped(state).float() - 1.0,
+            "grasp": grasped.float() - 1.0,
             "lift": -(self.cfg.lift_height - h).clamp(0.0, self.cfg.lift_height) / self.cfg.lift_height,
-            "success": self.success(state).float(),
+            "success": self._lifted(h, grasped).float(),
         }
 
+    def _lifted(self, height: torch.Tensor, grasped: torch.Tensor) -> torch.Tensor:
+        return (height >= self.cfg.lift_height) & grasped
+
     def success(self, state: SimState) -> torch.Tensor:
-        return (self._height(state) >= self.cfg.lift_height) & self._grasped(state)
+        return self._lifted(self._height(state), self._grasped(state))
 
     def terminated(self, state: SimState) -> torch.Tensor:
         return state.sensor("cube_pos")[:, 2] < -0.05  # fell off the table
