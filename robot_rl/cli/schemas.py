@@ -1,9 +1,10 @@
 """The typed schemas of ``robot-rl``'s configs, registered with Hydra's ConfigStore.
 
-``configs/train.yaml`` and ``configs/eval.yaml`` start from these (``defaults: [train_schema, ...]``), so every
-default lives once, in a dataclass, and a misspelled key is refused by Hydra at composition, naming it. The
-``task``, ``sim`` and ``algo`` groups are typed when they are built (``robot_rl.cli.config.typed``, against each
-task's, backend's and algorithm's own dataclass), where the group's choice decides the schema.
+Every yaml in ``configs/`` starts from one of these (``defaults: [train_schema, ...]``, ``[ppo_schema]``,
+``[so101_reach_schema]``, ``[sim_schema]``), so every default lives once, in a dataclass, each key is there to be
+overridden without Hydra's '+', and a misspelled key is refused at composition, naming it. The groups' values are
+type-checked when they are built (``robot_rl.cli.config.typed`` and the sim registry, against each algorithm's,
+task's and backend's own dataclass).
 """
 
 from __future__ import annotations
@@ -43,7 +44,30 @@ def register_configs() -> None:
     cs.store(name="eval_schema", node=EvalCommand)
     for name, node in algo_schemas().items():  # configs/algo/<name>.yaml start from algo/<name>_schema
         cs.store(group="algo", name=f"{name}_schema", node=node)
+    for name, node in task_schemas().items():  # configs/task/<name>.yaml start from task/<name>_schema
+        cs.store(group="task", name=f"{name}_schema", node=node)
+    from sim.config import SimConfig
+    from sim.randomization import RandomizationConfig
+
+    cs.store(group="sim", name="sim_schema", node=defaults_of(SimConfig, ("randomization",)))
+    cs.store(group="sim/randomization", name="none", node=defaults_of(RandomizationConfig))  # randomizes nothing
     _registered = True
+
+
+def task_schemas() -> dict[str, dict[str, Any]]:
+    """Each task's config tree with every default, from its dataclass (a nested robot description is its own
+    group, ``task/robot``)."""
+    import dataclasses
+
+    from sim.registry import _tasks
+
+    out = {}
+    for name, (_, cfg_cls) in _tasks().items():
+        nested = tuple(f.name for f in dataclasses.fields(cfg_cls)
+                       if f.default_factory is not dataclasses.MISSING
+                       and dataclasses.is_dataclass(f.default_factory()))
+        out[name] = {"name": name, **defaults_of(cfg_cls, nested)}
+    return out
 
 
 def algo_schemas() -> dict[str, dict[str, Any]]:
