@@ -175,3 +175,25 @@ def test_restore_continues_from_the_checkpoint_bitwise(tmp_path):
         assert any(k.startswith("/algo/optimizer/state") for k in a[0])  # Adam's moments are among them
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def test_runner_resets_envs_that_do_not_reset_themselves(tmp_path):
+    """With sim.autoreset off (a real arm's semantics) the runner resets ended envs itself after env.step, and
+    training is bitwise the run with auto-reset: the same draws in the same order."""
+    from sim.config import SimConfig
+    from sim.registry import make_env, task_config
+
+    finals = []
+    for autoreset in (True, False):
+        torch.manual_seed(0)
+        env = make_env("so101_reach", SimConfig(num_envs=8, num_threads=1, seed=0, autoreset=autoreset),
+                       task_config("so101_reach", {"episode_length": 10, "terminate_on_success": False}))
+        algo = PPO(GaussianPolicy(GaussianPolicyConfig(obs_dim=env.obs_spec.shapes[keys.POLICY][0], action_dim=6,
+                                                       hidden_dims=[16])),
+                   MLPCritic(CriticConfig(obs_dim=env.obs_spec.shapes[keys.CRITIC][0], hidden_dims=[16])),
+                   PPOConfig())
+        runner = make_runner(env, algo, tmp_path / str(autoreset), total_steps=8 * 16 * 3)
+        runner.learn()  # 48 steps of 10-step episodes: every env ends 4 times
+        assert runner.stats.count == 8 * 4
+        finals.append(torch.cat([p.detach().flatten() for p in algo.policy.parameters()]))
+    assert torch.equal(finals[0], finals[1])

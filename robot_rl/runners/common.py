@@ -134,11 +134,17 @@ class RunnerLoop:
     sim_s: float  # wall-clock inside env.step over the run (the simulator's share of elapsed_s)
 
     def step_env(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """``env.step`` on the env's device, its time added to ``sim_s``."""
+        """``env.step`` on the env's device, its time added to ``sim_s``. An env that does not reset itself
+        (``autoreset`` off, like a real arm) has its ended envs reset here, so the runner continues from first
+        observations of new episodes either way (``info[FINAL_OBS]`` keeps the last ones)."""
         start = time.perf_counter()
-        out = self.env.step(action.to(self.env.device))
+        obs, reward, terminated, truncated, info = self.env.step(action.to(self.env.device))
+        if not self.env.autoreset:
+            ended = (terminated | truncated).nonzero().flatten()
+            if len(ended):
+                obs, _ = self.env.reset(env_ids=ended)
         self.sim_s += time.perf_counter() - start
-        return out
+        return obs, reward, terminated, truncated, info
 
     def start(self) -> None:
         """Reset the env with the run's seed unless the run already has observations (restored, or started);
