@@ -3,10 +3,8 @@ and the learner is unchanged by the scale of the rewards."""
 
 import torch
 
-from policies import keys
-from robot_rl.buffers.rollout import RolloutBuffer
 from tests._toy_envs import PointMassEnv
-from tests.test_ppo import make_ppo
+from tests.test_ppo import _filled_buffer, make_ppo
 
 
 class _Scaled(PointMassEnv):
@@ -21,24 +19,11 @@ class _Scaled(PointMassEnv):
         return obs, reward * self.scale, terminated, truncated, info
 
 
-def _rollout(env, algo, num_steps=16) -> RolloutBuffer:
-    buf = RolloutBuffer(num_steps, env.num_envs, env.obs_spec.shapes, env.action_dim, "cpu",
-                        extras=algo.rollout_fields)
-    obs, _ = env.reset(seed=0)
-    for _ in range(num_steps):
-        action, extras = algo.act(obs)
-        nxt, reward, term, trunc, info = env.step(action)
-        buf.add(obs, action, algo.bootstrap_time_outs(reward, trunc, info[keys.FINAL_OBS]), term | trunc, extras)
-        obs = nxt
-    algo.finish_rollout(buf, obs)
-    return buf
-
-
 def test_values_are_denormalised_with_the_return_statistics():
     torch.manual_seed(0)
     env = PointMassEnv(num_envs=8)
     algo = make_ppo(env, normalize_value=True, num_epochs=1, num_minibatches=2)
-    buf = _rollout(env, algo)
+    buf = _filled_buffer(env, algo, 16)
     algo.update(buf)
     rets = buf.returns.flatten().double()
     norm = algo.return_norm
@@ -54,7 +39,7 @@ def _actor_after(scale: float, normalize_value: bool) -> tuple[torch.Tensor, flo
     env = _Scaled(scale, num_envs=8)
     algo = make_ppo(env, normalize_value=normalize_value, num_epochs=2, num_minibatches=2, schedule="fixed")
     for _ in range(3):
-        stats = algo.update(_rollout(env, algo))
+        stats = algo.update(_filled_buffer(env, algo, 16))
     return algo.policy.mean_net[0].weight.detach().clone(), stats["loss/value"]
 
 
