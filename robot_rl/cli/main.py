@@ -107,10 +107,10 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     device = resolve_device(e.device)
     torch.set_num_threads(1)
     folder, meta = load_meta(e.checkpoint)
+    policy = load_policy(folder / POLICY_DIR, device)
     missing = [k for k in ("task", "task_config", "config") if k not in meta]
     if missing:  # e.g. an offline run's checkpoint, which names its dataset instead of a task
         raise ValueError(f"{folder}: meta.json has no {missing}, so the task to evaluate on is unknown")
-    policy = load_policy(folder / POLICY_DIR, device)
     task_cfg = config_from_dict(meta["task"], meta["task_config"])
     sim_raw = dict(meta["config"]["sim"], num_envs=e.num_envs, num_threads=e.num_threads, device="cpu")
     sim_cfg = sim_config_from_dict(sim_raw)
