@@ -40,7 +40,9 @@ class PPOConfig:
     # was faster on seeds 1-2 (1.75, 1.27 M) and had no success on seed 0 in 4.56 M.
     use_clipped_value_loss: bool = True
     # Value targets normalised by running statistics of the returns: the critic predicts (R − μ_R) / σ_R, so the value
-    # clip and loss are in σ units whatever the task's return scale (so101_lift's returns are in the hundreds).
+    # clip and loss are in σ units whatever the task's return scale (so101_lift's returns are in the hundreds). Off:
+    # on so101_lift (256 envs, seed 0) it had no success after 3.15 M env steps (the default reached 90 % at 3.05 M),
+    # and so101_reach took 58.4 k env steps to 90 % with it vs 47.6 k without.
     normalize_value: bool = False
     value_coef: float = 1.0  # weight of the value loss
     entropy_coef: float = 0.01  # weight of the entropy bonus (nats)
