@@ -150,6 +150,13 @@ def _summary(curve: list[tuple[float, int, float, float]], budget_min: float) ->
             "curve": [(round(w, 2), s, round(r, 4)) for w, s, r, _ in _thin(curve, 200)]}
 
 
+def _outside_s_per_step(run: dict) -> float | None:
+    """Seconds outside env.step per env step up to the target (the learner's and the loop's own cost)."""
+    if not run["reached"] or run.get("sim_s_to_target") is None:
+        return None
+    return (run["wall_s_to_target"] - run["sim_s_to_target"]) / run["env_steps_to_target"]
+
+
 def _thin(curve: list, n: int) -> list:
     """About ``n`` points of a curve, its last one (where a run stopped) always among them."""
     pts = curve[:: max(1, len(curve) // n)]
@@ -208,6 +215,11 @@ def main() -> None:
                 for r in runs[task][name].values()]
         return None if None in vals else statistics.median(vals)
 
+    def outside_s_per_step(task: str, name: str) -> float | None:
+        """Median over the seeds that reached the target (None when none did or sim_s was not kept)."""
+        vals = [v for v in map(_outside_s_per_step, runs[task][name].values()) if v is not None]
+        return statistics.median(vals) if vals else None
+
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4), squeeze=False)
     summary, goals = {}, []
     for ax, task in zip(axes[0], tasks, strict=True):
@@ -240,13 +252,24 @@ def main() -> None:
                          "median_final_env_steps": {n: statistics.median(r["curve"][-1][1] if r["curve"] else 0
                                                                          for r in runs[task][n].values())
                                                     for n in ran}}
-        # The issue's goal against SB3 at its fastest (our batched env behind SB3's VecEnv API); against SB3 on
-        # gymnasium.make envs (the usual SB3 set-up) as a second, separately named goal. No ratio when neither
-        # side reached the target: both are then the budget.
-        for other, gname in (("sb3", f"ppo_wallclock_ratio_vs_sb3_{task}"),
-                             ("sb3_gym", f"ppo_wallclock_ratio_vs_sb3_gymnasium_envs_{task}")):
-            if other in ran and (reached["ours"] or reached[other]):
-                goals.append(goal(gname, t["ours"] / t[other], 0.25, "<="))
+        # Issue 13's goals (the old <= 0.25x wall-clock goal is retired: the shared simulator alone is 0.62 of SB3's
+        # run). Against SB3 on the same batched env (behind SB3's VecEnv API): wall-clock to 90 % <= 1.0x, and
+        # ours' seconds outside env.step per env step <= 0.5x SB3's (the learner's own cost). Against SB3 on
+        # gymnasium.make envs the wall-clock ratio is reported, unscored. No ratio when neither side reached the
+        # target: both are then the budget.
+        if "sb3" in ran and (reached["ours"] or reached["sb3"]):
+            goals.append(goal(f"ppo_wallclock_ratio_vs_sb3_{task}", t["ours"] / t["sb3"], 1.0, "<="))
+        if "sb3_gym" in ran and (reached["ours"] or reached["sb3_gym"]):
+            summary[task]["wallclock_ratio_vs_sb3_gymnasium_envs"] = round(t["ours"] / t["sb3_gym"], 4)
+        outside = {n: outside_s_per_step(task, n) for n in ran}
+        summary[task]["median_outside_env_step_s_per_env_step"] = outside
+        if outside.get("ours") is not None and outside.get("sb3") is not None:
+            goals.append(goal(f"ppo_outside_env_step_time_ratio_vs_sb3_{task}", outside["ours"] / outside["sb3"],
+                              0.5, "<="))
+        if task == "so101_lift":  # a run that never reached counts at its last env step (a lower bound)
+            steps = statistics.median(r["env_steps_to_target"] or (r["curve"][-1][1] if r["curve"] else 0)
+                                      for r in runs[task]["ours"].values())
+            goals.append(goal("ppo_median_env_steps_to_90pct_so101_lift", steps, 1.8e6, "<="))
         # The floor under the ratio: ours' time inside env.step alone over SB3's whole time. A learner that cost
         # nothing, needing the env steps ours needed, would still take this ratio (both step the same env).
         sim = summary[task]["median_sim_s_to_target"]
