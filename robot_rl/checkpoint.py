@@ -417,7 +417,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(folder, state, meta)
 
 
-RESUME_KEYS = ("task", "dataset", "algo", "obs_spec", "action_dim")  # what a resumed run must share with its checkpoint
+# What a resumed run must share with its checkpoint (an offline run names its dataset instead of a task).
+RESUME_KEYS = ("task", "dataset", "algo", "obs_spec", "action_dim")
 
 
 def check_resume_compatible(meta: dict[str, Any], expected: dict[str, Any]) -> None:

@@ -81,7 +81,8 @@ def build_ppo(algo_raw: dict[str, Any], env: VecEnv, device: torch.device) -> PP
     """PPO with a Gaussian actor on the ``policy`` group and an MLP critic on ``critic`` (else ``policy``)."""
     algo_raw = dict(algo_raw)
     critic_key = _critic_key(env)
-    policy_cfg = typed(GaussianPolicyConfig, {**algo_raw.pop("policy", {}), "obs_dim": _flat_group(env, keys.POLICY, "ppo"),
+    policy_cfg = typed(GaussianPolicyConfig, {**algo_raw.pop("policy", {}),
+                                              "obs_dim": _flat_group(env, keys.POLICY, "ppo"),
                                               "action_dim": env.action_dim}, "algo.policy")
     critic_cfg = typed(CriticConfig, {**algo_raw.pop("critic", {}), "obs_dim": _flat_group(env, critic_key, "ppo"),
                                       "obs_key": critic_key}, "algo.critic")
