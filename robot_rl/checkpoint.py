@@ -411,7 +411,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                              f"{STATE_TENSORS} lacks, and omits {sorted(set(tensors) - named)[:5]} that it holds")
         state = unflatten_tree(skeleton, tensors)
     except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as e:
-        raise CheckpointError(file, f"not a state tree this loader wrote ({type(e).__name__}: {str(e)[:200]})") from None
+        problem = f"not a state tree this loader wrote ({type(e).__name__}: {str(e)[:200]})"
+        raise CheckpointError(file, problem) from None
     if not isinstance(state, dict):
         raise CheckpointError(file, f"the state tree is a {type(state).__name__}, not a dict")
     return Checkpoint(folder, state, meta)
