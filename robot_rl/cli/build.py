@@ -73,6 +73,13 @@ def _flat_group(env: VecEnv, key: str, algo: str) -> int:
     return shape[0]
 
 
+def _actor_config(cls: type, algo_raw: dict[str, Any], section: str, env: VecEnv, algo: str) -> Any:
+    """The actor's config from ``algo.<section>``, sized to the env's flat ``policy`` group and its actions."""
+    values = {**algo_raw.pop(section, {}), "obs_dim": _flat_group(env, keys.POLICY, algo),
+              "action_dim": env.action_dim}
+    return typed(cls, values, f"algo.{section}")
+
+
 def _critic_key(env: VecEnv) -> str:
     return keys.CRITIC if keys.CRITIC in env.obs_spec.shapes else keys.POLICY
 
@@ -81,9 +88,7 @@ def build_ppo(algo_raw: dict[str, Any], env: VecEnv, device: torch.device) -> PP
     """PPO with a Gaussian actor on the ``policy`` group and an MLP critic on ``critic`` (else ``policy``)."""
     algo_raw = dict(algo_raw)
     critic_key = _critic_key(env)
-    policy_cfg = typed(GaussianPolicyConfig, {**algo_raw.pop("policy", {}),
-                                              "obs_dim": _flat_group(env, keys.POLICY, "ppo"),
-                                              "action_dim": env.action_dim}, "algo.policy")
+    policy_cfg = _actor_config(GaussianPolicyConfig, algo_raw, "policy", env, "ppo")
     critic_cfg = typed(CriticConfig, {**algo_raw.pop("critic", {}), "obs_dim": _flat_group(env, critic_key, "ppo"),
                                       "obs_key": critic_key}, "algo.critic")
     return PPO(GaussianPolicy(policy_cfg), MLPCritic(critic_cfg), typed(PPOConfig, algo_raw, "algo"), device)
@@ -93,9 +98,7 @@ def build_flashsac(algo_raw: dict[str, Any], env: VecEnv, device: torch.device) 
     """FlashSAC with a tanh-Gaussian actor on ``policy`` and the critics on ``critic`` (else ``policy``)."""
     algo_raw = dict(algo_raw)
     critic_key = _critic_key(env)
-    actor_cfg = typed(TanhGaussianPolicyConfig, {**algo_raw.pop("actor", {}),
-                                                 "obs_dim": _flat_group(env, keys.POLICY, "flashsac"),
-                                                 "action_dim": env.action_dim}, "algo.actor")
+    actor_cfg = _actor_config(TanhGaussianPolicyConfig, algo_raw, "actor", env, "flashsac")
     critic_raw = algo_raw.pop("critic", {})
     cfg = typed(FlashSACConfig, algo_raw, "algo")
     critic_cfg = typed(CategoricalQConfig, {**critic_raw, "obs_dim": _flat_group(env, critic_key, "flashsac"),
