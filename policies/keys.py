@@ -35,3 +35,30 @@ EP_SUCCESS = "success"
 def image_key(camera: str) -> str:
     """Observation group name of a camera's images."""
     return IMAGE_PREFIX + camera
+
+
+# LeRobot's frame convention (lerobot.utils.constants, LeRobotDataset v3 columns), where our data, policies and robots
+# meet LeRobot's. A "frame" dict batched over N envs or B samples:
+#   OBS_STATE               float32 [N, 6]       the SO-101's joint positions in LeRobot's units (degrees), names
+#                                                ``sim.so101.LEROBOT_STATE_NAMES`` ("shoulder_pan.pos", ...)
+#   OBS_IMAGES + "<camera>" uint8 [N, 3, H, W] from a simulator or robot; float32 in [0, 1] from a dataset
+#   TASK                    list[str] of N       the language instruction
+#   ACTION_COL              float32 [N, 6]       joint position targets in degrees (what a leader arm sends);
+#                                                a chunk [N, H, 6] with ACTION_IS_PAD bool [N, H] in training batches
+OBS_STATE = "observation.state"
+OBS_IMAGES = "observation.images."  # + camera name, e.g. "observation.images.front"
+TASK = "task"
+ACTION_COL = "action"
+ACTION_IS_PAD = "action_is_pad"  # bool: the chunk's step lies past the episode's end (LeRobot's name)
+# Outcome and correction columns (LeRobot's names, so our datasets and LeRobot's mix).
+SUCCESS_COL = "next.success"  # bool [1]: the task is solved at this frame (what lerobot-eval writes)
+REWARD_COL = "next.reward"  # float32 [1]
+DONE_COL = "next.done"  # bool [1]: the episode's last frame
+INTERVENTION_COL = "intervention"  # bool [1]: someone other than the policy acted (LeRobot's DAgger tag)
+POLICY_ACTION_COL = "policy_action"  # float32 [6]: what the policy proposed, where a policy acted (else = action)
+ACTOR_COL = "actor"  # int64 [1]: who acted, one of ACTOR_* (policy, human, recovery)
+
+
+def lerobot_image_key(camera: str) -> str:
+    """LeRobot's feature name of a camera's images."""
+    return OBS_IMAGES + camera
