@@ -58,3 +58,36 @@ def test_offline_resume_is_exact_and_refuses_other_data(tmp_path):
     other = _runner(tmp_path / "c", 100, data=_data(seed=9))
     with pytest.raises(ResumeMismatchError, match="dataset"):
         check_resume_compatible(ckpt.meta, other.meta)
+
+
+def test_lr_schedule_warmup_then_cosine_matches_hand_numbers():
+    from robot_rl.algos.bc import lr_factor
+
+    cfg = BCConfig(warmup_updates=4, lr_schedule="cosine", total_updates=14, lr_min_ratio=0.2)
+    # warm-up: (u + 1) / 4; then 0.2 + 0.8 * (1 + cos(pi * (u - 4) / 10)) / 2
+    assert [lr_factor(cfg, u) for u in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert lr_factor(cfg, 4) == pytest.approx(1.0)
+    assert lr_factor(cfg, 9) == pytest.approx(0.6)  # half way: 0.2 + 0.8 * 0.5
+    assert lr_factor(cfg, 14) == pytest.approx(0.2) and lr_factor(cfg, 100) == pytest.approx(0.2)
+    assert lr_factor(BCConfig(), 123) == 1.0
+    with pytest.raises(ValueError, match="total_updates"):
+        BCConfig(lr_schedule="cosine")
+
+
+def test_bc_trains_a_policy_on_its_own_loss():
+    class Linear(torch.nn.Module):  # the smallest policy that defines loss(batch), like the flow VLA
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(2))
+
+        def loss(self, batch):
+            err = ((batch["x"] * self.w).sum(-1) - batch["y"]).pow(2).mean()
+            return err, {"mse": err.item()}
+
+    policy = Linear()
+    algo = BC(policy, BCConfig(learning_rate=0.05))
+    x = torch.randn(256, 2, generator=torch.Generator().manual_seed(0))
+    batch = {"x": x, "y": x @ torch.tensor([1.5, -2.0])}
+    for _ in range(400):
+        out = algo.update(batch)
+    assert out["loss/mse"] < 1e-4 and torch.allclose(policy.w, torch.tensor([1.5, -2.0]), atol=1e-2)

@@ -1,12 +1,22 @@
-"""Behaviour cloning of a Gaussian policy: maximum likelihood of logged actions, batches from a sampler.
+"""Behaviour cloning: fit a policy to logged actions, batches from a sampler.
 
-    L(θ) = −E_(o, a)~D [ log N(a; μ_θ(o), σ_θ²) ]   (summed over action dimensions)
+Two kinds of policy, one learner:
 
-The first offline learner on the offline runner; the flow-matching VLA's BC and RECAP follow the same interface.
+- a policy that defines its own imitation loss, ``policy.loss(batch) -> (loss, metrics)`` (the flow-matching VLA:
+  the flow-matching loss over action chunks), is trained on it as it is;
+- a Gaussian policy (``distribution(obs)``) is trained by maximum likelihood of the logged actions,
+
+      L(θ) = −E_(o, a)~D [ log N(a; μ_θ(o), σ_θ²) ]   (summed over action dimensions),
+
+  on batches ``{"obs": {group: [B, ...]}, "action": [B, A]}``.
+
+AdamW with an optional linear warm-up and cosine decay of the learning rate (over ``total_updates``), gradient
+clipping, and a guard that skips non-finite updates.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -14,42 +24,78 @@ import torch
 from torch import nn
 
 from policies import keys
-from policies.gaussian import GaussianPolicy
 from robot_rl.algos.base import OfflineAlgorithm
 from robot_rl.algos.guard import NonFiniteGuard
 
 
 @dataclass
 class BCConfig:
-    learning_rate: float = 1e-3  # Adam step size
+    learning_rate: float = 1e-3  # peak AdamW step size
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
     max_grad_norm: float = 1.0  # global L2 norm gradients are clipped to
+    warmup_updates: int = 0  # linear warm-up of the learning rate from 0 over these many updates
+    lr_schedule: str = "constant"  # "constant" or "cosine" (to lr_min_ratio * learning_rate at total_updates)
+    lr_min_ratio: float = 0.1  # final learning rate of the cosine schedule, as a fraction of the peak
+    total_updates: int | None = None  # length of the cosine schedule (the offline CLI sets it from steps=)
     max_consecutive_nonfinite: int = 10  # skipped (NaN/inf) updates in a row before the run stops
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.max_grad_norm <= 0:
             raise ValueError("bc learning_rate and max_grad_norm must be > 0")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ValueError(f"bc lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
+        if self.lr_schedule == "cosine" and not self.total_updates:
+            raise ValueError("bc lr_schedule='cosine' needs total_updates (the number of gradient steps)")
+        if self.warmup_updates < 0 or self.weight_decay < 0 or not 0.0 <= self.lr_min_ratio <= 1.0:
+            raise ValueError("bc warmup_updates and weight_decay must be >= 0, lr_min_ratio in [0, 1]")
+
+
+def lr_factor(cfg: BCConfig, update: int) -> float:
+    """The learning-rate multiplier at update ``update`` (0-based): linear warm-up, then constant or cosine."""
+    if cfg.warmup_updates and update < cfg.warmup_updates:
+        return (update + 1) / cfg.warmup_updates
+    if cfg.lr_schedule == "constant":
+        return 1.0
+    assert cfg.total_updates is not None
+    span = max(cfg.total_updates - cfg.warmup_updates, 1)
+    progress = min(max(update - cfg.warmup_updates, 0) / span, 1.0)
+    return cfg.lr_min_ratio + (1.0 - cfg.lr_min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def gaussian_nll(policy: nn.Module, batch: dict[str, Any], device: torch.device) -> tuple[torch.Tensor, dict]:
+    """−log N(a; μ(o), σ²) summed over action dimensions, averaged over the batch."""
+    obs = {k: v.to(device) for k, v in batch[keys.OBS].items()}
+    loss = -policy.distribution(obs).log_prob(batch[keys.ACTION].to(device)).sum(-1).mean()
+    return loss, {"loss/nll": loss.item()}
 
 
 class BC(OfflineAlgorithm):
-    """Fits a Gaussian policy to (observation, action) batches ``{"obs": {group: [B, ...]}, "action": [B, A]}``.
+    """Behaviour cloning of ``policy`` on sampler batches (see the module docstring for the two batch forms).
 
     Args:
-        policy: the policy trained (its normaliser statistics should be set from the data before training).
+        policy: the policy trained (its normalisation statistics should be set from the data before training).
         cfg: hyperparameters.
         device: where the policy lives.
     """
 
     name = "bc"
 
-    def __init__(self, policy: GaussianPolicy, cfg: BCConfig, device: torch.device | str = "cpu") -> None:
+    def __init__(self, policy: nn.Module, cfg: BCConfig, device: torch.device | str = "cpu") -> None:
         self.cfg, self.device = cfg, torch.device(device)
         self.policy = policy.to(self.device)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
+        self._own_loss = callable(getattr(policy, "loss", None))
+        if not self._own_loss and not callable(getattr(policy, "distribution", None)):
+            raise TypeError(f"bc cannot train {type(policy).__name__}: it has neither loss(batch) nor "
+                            "distribution(obs)")
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.learning_rate,
+                                           weight_decay=cfg.weight_decay)
         self.guard = NonFiniteGuard(cfg.max_consecutive_nonfinite)
+        self.updates = 0
 
     @property
     def obs_groups(self) -> list[str]:
-        return [self.policy.cfg.obs_key]
+        feats = getattr(getattr(self.policy, "processor", None), "features", None)
+        return list(feats.inputs) if feats is not None else [self.policy.cfg.obs_key]
 
     def train_mode(self) -> None:
         self.policy.train()
@@ -58,23 +104,31 @@ class BC(OfflineAlgorithm):
         self.policy.eval()
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
-        obs = {k: v.to(self.device) for k, v in batch[keys.OBS].items()}
-        action = batch[keys.ACTION].to(self.device)
-        loss = -self.policy.distribution(obs).log_prob(action).sum(-1).mean()
+        lr = self.cfg.learning_rate * lr_factor(self.cfg, self.updates)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        if self._own_loss:
+            loss, metrics = self.policy.loss(batch)
+        else:
+            loss, metrics = gaussian_nll(self.policy, batch, self.device)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
+        self.updates += 1
         if not self.guard.check(loss, grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             return {"nonfinite_skips": float(self.guard.skipped)}
         self.optimizer.step()
-        return {"loss/nll": loss.item(), "grad_norm": grad_norm.item()}
+        out = {k if k.startswith("loss") else f"loss/{k}": float(v) for k, v in metrics.items()}
+        out.setdefault("loss/total", loss.item())
+        return {**out, "grad_norm": grad_norm.item(), "lr": lr}
 
     def state_dict(self) -> dict[str, Any]:
         return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "guard": self.guard.state_dict(), "cfg": asdict(self.cfg)}
+                "guard": self.guard.state_dict(), "updates": self.updates, "cfg": asdict(self.cfg)}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.policy.load_state_dict(sd["policy"])
         self.optimizer.load_state_dict(sd["optimizer"])
         self.guard.load_state_dict(sd["guard"])
+        self.updates = int(sd.get("updates", 0))
