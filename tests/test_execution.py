@@ -1,0 +1,127 @@
+"""ActionQueue: ACT-style temporal ensembling against hand-computed numbers, task strings passed through (and subset
+with the tensors), and ``due`` naming exactly the envs the next call asks the policy for."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from policies import ActionQueue, Policy, keys
+from policies.execution import ensemble_weights, subset_obs
+
+
+class _Counter(Policy):
+    """Chunk c (the c-th call) predicts 10·c + j at its step j, for every env and action dim; records what it saw."""
+
+    type_name, config_class = "test_counter", dict
+
+    def __init__(self, horizon: int = 3, executed: int = 1, action_dim: int = 1) -> None:
+        super().__init__()
+        self._h, self._e, self.a = horizon, executed, action_dim
+        self.w = torch.nn.Parameter(torch.zeros(()))
+        self.calls = 0
+        self.seen: list[dict] = []
+
+    @property
+    def horizon(self) -> int:
+        return self._h
+
+    @property
+    def executed_steps(self) -> int:
+        return self._e
+
+    def act(self, obs, deterministic=True):
+        self.seen.append(obs)
+        n = len(obs[keys.OBS_STATE])
+        chunk = 10.0 * self.calls + torch.arange(self._h, dtype=torch.float32)
+        self.calls += 1
+        return chunk[None, :, None].expand(n, self._h, self.a).clone()
+
+
+def _frame(n: int) -> dict:
+    return {keys.OBS_STATE: torch.arange(n, dtype=torch.float32)[:, None].expand(n, 6).clone(),
+            keys.TASK: [f"task {i}" for i in range(n)]}
+
+
+def test_ensemble_weights_by_hand():
+    # m = 0.5, three predictions: [1, e^-0.5, e^-1] / (1 + e^-0.5 + e^-1)
+    torch.testing.assert_close(ensemble_weights(3, 0.5), torch.tensor([0.5064804, 0.3071959, 0.1863237]))
+    torch.testing.assert_close(ensemble_weights(4, 0.0), torch.full((4,), 0.25))
+    assert ensemble_weights(2, -1.0)[1] > ensemble_weights(2, -1.0)[0]  # m < 0 favours the newest
+
+
+def test_temporal_ensembling_by_hand():
+    # H = 3, asked every step, m = 0.5. Chunk c predicts 10c + j at its step j, i.e. 9c + s for absolute step s.
+    pol = _Counter(horizon=3, executed=1)
+    q = ActionQueue(pol, num_envs=2, action_dim=1, temporal_ensemble=0.5, query_every=1)
+    got = [q(_frame(2))[:, 0] for _ in range(4)]
+    e5, e1 = 0.6065306597, 0.3678794412
+    want = [0.0,  # chunk 0 alone
+            (1 + 10 * e5) / (1 + e5),  # 4.397866: chunk 0's step 1 (oldest, weight 1), chunk 1's step 0
+            (2 + 11 * e5 + 20 * e1) / (1 + e5 + e1),  # 8.118590
+            (12 + 21 * e5 + 30 * e1) / (1 + e5 + e1)]  # 18.118590: chunk 0 no longer reaches step 3
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, torch.full((2,), w), rtol=1e-6, atol=1e-5)
+    assert pol.calls == 4
+
+
+def test_temporal_ensembling_every_other_step_and_reset():
+    pol = _Counter(horizon=3, executed=1)
+    q = ActionQueue(pol, num_envs=2, action_dim=1, temporal_ensemble=1.0, query_every=2)
+    e = 0.3678794412
+    a0, a1, a2 = (q(_frame(2))[:, 0] for _ in range(3))
+    assert pol.calls == 2  # asked at steps 0 and 2
+    torch.testing.assert_close(a0, torch.zeros(2))
+    torch.testing.assert_close(a1, torch.ones(2))  # chunk 0's step 1 alone
+    torch.testing.assert_close(a2, torch.full((2,), (2 + 10 * e) / (1 + e)))  # chunk 0's step 2, chunk 1's step 0
+    q.reset(torch.tensor([1]))  # env 1's blend is forgotten: its next action is the new chunk's first step
+    assert q.due().tolist() == [1]
+    a3 = q(_frame(2))[:, 0]
+    assert pol.calls == 3 and len(pol.seen[-1][keys.OBS_STATE]) == 1
+    torch.testing.assert_close(a3, torch.tensor([11.0, 20.0]))  # env 0: chunk 1's step 1 alone; env 1: chunk 2
+
+
+def test_queue_passes_task_strings_and_subsets_them():
+    pol = _Counter(horizon=4, executed=3)
+    q = ActionQueue(pol, num_envs=3, action_dim=1)
+    frame = _frame(3)
+    q(frame)
+    assert pol.seen[-1][keys.TASK] == ["task 0", "task 1", "task 2"]
+    q(frame)
+    q.reset(torch.tensor([2, 0]))
+    q(frame)
+    assert pol.calls == 2 and pol.seen[-1][keys.TASK] == ["task 0", "task 2"]  # rows in env order, like the tensors
+    assert pol.seen[-1][keys.OBS_STATE][:, 0].tolist() == [0.0, 2.0]
+    sub = subset_obs({"x": torch.arange(4), "t": ("a", "b", "c", "d"), "s": "same"}, torch.tensor([3, 1]))
+    assert sub["x"].tolist() == [3, 1] and sub["t"] == ["d", "b"] and sub["s"] == "same"
+
+
+def test_due_names_the_envs_asked_next():
+    pol = _Counter(horizon=5, executed=3)
+    q = ActionQueue(pol, num_envs=4, action_dim=1)
+    assert q.due().tolist() == [0, 1, 2, 3]
+    for step in range(7):
+        due = q.due().tolist()
+        before = pol.calls
+        q(_frame(4))
+        asked = len(pol.seen[-1][keys.OBS_STATE]) if pol.calls > before else 0
+        assert asked == len(due), (step, due)
+        assert due == ([0, 1, 2, 3] if step % 3 == 0 else [])
+        if step == 4:
+            q.reset(torch.tensor([1, 3]))
+            assert q.due().tolist() == [1, 3]
+            q(_frame(4))
+            assert pol.seen[-1][keys.TASK] == ["task 1", "task 3"]
+            break
+    # A step policy is asked every step: every env is always due.
+    step_pol = _Counter(horizon=1, executed=1)
+    assert ActionQueue(step_pol, num_envs=2, action_dim=1).due().tolist() == [0, 1]
+
+
+def test_ensembling_options_are_checked():
+    with pytest.raises(ValueError, match="needs a chunking policy"):
+        ActionQueue(_Counter(horizon=1), num_envs=1, action_dim=1, temporal_ensemble=0.01)
+    with pytest.raises(ValueError, match=r"query_every in \[1, horizon 3\] \(4\)"):
+        ActionQueue(_Counter(horizon=3), num_envs=1, action_dim=1, temporal_ensemble=0.01, query_every=4)
+    with pytest.raises(ValueError, match="returned shape"):
+        ActionQueue(_Counter(horizon=3, action_dim=2), num_envs=1, action_dim=1, temporal_ensemble=0.0)(_frame(1))
