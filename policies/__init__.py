@@ -12,6 +12,7 @@ import torch
 
 from policies.base import Policy, config_from_dict
 from policies.execution import ActionQueue
+from policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
 from policies.gaussian import GaussianPolicy, GaussianPolicyConfig
 from policies.persistence import CONFIG_FILE, PolicyFileError, read_config
 from policies.processor import Features, Processor
@@ -28,7 +29,7 @@ def register_policy(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
-for _cls in (GaussianPolicy, TanhGaussianPolicy):
+for _cls in (GaussianPolicy, TanhGaussianPolicy, FlowVLAPolicy):
     register_policy(_cls)
 
 
@@ -48,6 +49,6 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Policy:
     return POLICY_TYPES[kind].load(path, device)
 
 
-__all__ = ["POLICY_TYPES", "ActionQueue", "Features", "GaussianPolicy", "GaussianPolicyConfig", "Policy",
-           "PolicyFileError", "Processor", "TanhGaussianPolicy", "TanhGaussianPolicyConfig", "config_from_dict",
-           "load_policy", "register_policy"]
+__all__ = ["POLICY_TYPES", "ActionQueue", "Features", "FlowVLAConfig", "FlowVLAPolicy", "GaussianPolicy",
+           "GaussianPolicyConfig", "Policy", "PolicyFileError", "Processor", "TanhGaussianPolicy",
+           "TanhGaussianPolicyConfig", "config_from_dict", "load_policy", "register_policy"]

@@ -5,6 +5,8 @@ A policy maps a batch of observations to actions:
     act(obs: {group: [N, ...]}) -> [N, A]            (a step policy, ``horizon == 1``)
                                 -> [N, H, A]         (a chunking policy, ``horizon == H``)
 
+in the action space of the env it was trained for ([-1, 1] for the state policies; joint position targets in
+degrees for the flow VLA, whose observations are LeRobot frames holding a ``task`` list[str] beside the tensors),
 of which the first ``executed_steps`` actions of a chunk are executed before the policy is asked again
 (``policies.execution.ActionQueue`` does that for any policy). ``reset(env_ids)`` clears whatever a policy keeps
 per env (frame history, a queued chunk). A policy carries a ``processor`` (its features and normalisation
@@ -48,7 +50,9 @@ class Policy(nn.Module, ABC):
 
     @abstractmethod
     def act(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
-        """Actions in [-1, 1]: [N, A] when ``horizon == 1``, else a chunk [N, H, A]."""
+        """Actions in the action space of the env the policy was trained for: [N, A] when ``horizon == 1``, else a
+        chunk [N, H, A]. The state policies' are the env's normalised actions in [-1, 1]; the flow VLA's are joint
+        position targets in degrees (LeRobot's ``action``, ``policies.keys``)."""
 
     def reset(self, env_ids: torch.Tensor | None = None) -> None:  # noqa: B027 - stateless policies need nothing
         """Forget what the policy keeps for these envs (all when None); called when their episodes start."""

@@ -1,0 +1,69 @@
+"""FlowVLAConfig: the architecture, the task vocabulary and the sampling settings of a flow-matching VLA."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CONDITION_KEY = "advantage_indicator"  # batch / frame key: float or bool [B], RECAP's "good action" indicator
+PAD_TOKEN, UNK_TOKEN = "<pad>", "<unk>"  # token ids 0 and 1; the vocabulary's words take ids 2, 3, ...
+
+
+@dataclass
+class FlowVLAConfig:
+    """A multi-task image + language + proprio policy with a flow-matching action expert over chunks [H, A].
+
+    The vocabulary (the words of the training task strings, ``encoders.build_vocab``) is part of the config, so a
+    saved policy tokenises exactly as it was trained.
+    """
+
+    cameras: list[str] = field(default_factory=lambda: ["front", "wrist"])  # reads observation.images.<camera>
+    image_size: list[int] = field(default_factory=lambda: [64, 64])  # [H, W] pixels of every camera's images
+    state_dim: int = 6  # P, observation.state (joint positions, degrees)
+    action_dim: int = 6  # A, joint position targets (degrees)
+    horizon: int = 16  # H, actions per chunk
+    executed_steps: int = 8  # actions of a chunk executed before asking again (1..H)
+    vocab: list[str] = field(default_factory=list)  # task words (lower case), ids 2.. ; others map to <unk>
+    max_words: int = 16  # L, longest instruction in words; longer ones are refused
+    # Image encoder, one per camera: 3x3 convs (ReLU) then spatial softmax -> 2 coordinates per channel. At 64x64
+    # the default ends on 8x8 maps; stride 1 in the third conv (16x16) cost 2.5x the training time.
+    conv_channels: list[int] = field(default_factory=lambda: [32, 32, 64, 64])  # output channels per conv
+    conv_strides: list[int] = field(default_factory=lambda: [2, 2, 2, 1])  # stride per conv
+    image_feature_dim: int = 128  # per-camera feature size after the keypoint projection
+    random_shift: int = 4  # pixels: training-time random translation of images (DrQ); 0 turns it off
+    # Language encoder: word + position embeddings, attention-pooled by a learned query.
+    text_dim: int = 64  # word embedding size
+    # Action expert: residual MLP over the flattened noisy chunk, FiLM-conditioned on time (+ condition).
+    hidden_dim: int = 256  # units per residual block
+    num_blocks: int = 3  # residual blocks
+    time_dim: int = 64  # sinusoidal time embedding size (even)
+    # Flow matching (policies/flow_vla/flow.py).
+    num_steps: int = 10  # Euler steps at sampling
+    time_alpha: float = 1.5  # t = time_scale · Beta(time_alpha, 1) + time_offset
+    time_scale: float = 0.999
+    time_offset: float = 0.001
+    # RECAP conditioning on CONDITION_KEY, classifier-free guidance at sampling.
+    conditioning: bool = False  # the expert reads the advantage indicator
+    cond_dropout: float = 0.3  # probability a training sample's indicator is replaced by "no condition"
+    guidance_beta: float = 1.0  # β of v = v_u + β (v_c − v_u); 1: the conditional velocity alone
+    action_std_min: float = 1e-2  # degrees: floor of the action std used for normalisation (constant joints)
+
+    def __post_init__(self) -> None:
+        if not self.cameras:
+            raise ValueError("cameras: at least one camera is needed")
+        if len(self.image_size) != 2 or min(self.image_size) < 8:
+            raise ValueError(f"image_size must be [H, W] with both >= 8, got {self.image_size}")
+        if self.horizon < 1 or not 1 <= self.executed_steps <= self.horizon:
+            raise ValueError(f"need 1 <= executed_steps ({self.executed_steps}) <= horizon ({self.horizon})")
+        if len(self.conv_channels) != len(self.conv_strides) or not self.conv_channels:
+            raise ValueError(f"conv_channels {self.conv_channels} and conv_strides {self.conv_strides} must have the "
+                             f"same, non-zero length")
+        if self.time_dim % 2:
+            raise ValueError(f"time_dim must be even, got {self.time_dim}")
+        if not 0.0 <= self.cond_dropout < 1.0:
+            raise ValueError(f"cond_dropout must be in [0, 1), got {self.cond_dropout}")
+        if self.num_steps < 1 or self.max_words < 1:
+            raise ValueError(f"num_steps and max_words must be >= 1, got {self.num_steps}, {self.max_words}")
+        bad = [w for w in self.vocab if w in (PAD_TOKEN, UNK_TOKEN) or w != w.lower() or not w]
+        if bad or len(set(self.vocab)) != len(self.vocab):
+            raise ValueError(f"vocab must hold distinct lower-case words other than {PAD_TOKEN}/{UNK_TOKEN}; "
+                             f"bad: {bad[:5]}")

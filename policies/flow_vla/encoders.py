@@ -1,0 +1,126 @@
+"""The VLA's observation encoders, trained from scratch: a small CNN with spatial softmax per camera, and a word
+embedding of the task text pooled by attention (order- and word-sensitive: "red" and "blue" at the same place in
+otherwise equal instructions give different vectors)."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from policies.flow_vla.config import PAD_TOKEN, UNK_TOKEN
+
+PAD_ID, UNK_ID = 0, 1
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def split_words(text: str) -> list[str]:
+    """Lower-case words of an instruction (letters and digits; punctuation separates)."""
+    return _WORD.findall(text.lower())
+
+
+def build_vocab(tasks: list[str]) -> list[str]:
+    """The sorted distinct words of the training task strings (what ``FlowVLAConfig.vocab`` holds)."""
+    return sorted({w for task in tasks for w in split_words(task)})
+
+
+def tokenize(texts: list[str], word_ids: dict[str, int], max_words: int) -> torch.Tensor:
+    """Token ids [B, max_words] (int64): word ids from ``word_ids``, ``UNK_ID`` for words not in it, ``PAD_ID`` after
+    the last word.
+
+    Raises:
+        ValueError: an instruction with no word, or with more than ``max_words`` words (named).
+    """
+    ids = torch.full((len(texts), max_words), PAD_ID, dtype=torch.long)
+    for i, text in enumerate(texts):
+        words = split_words(text)
+        if not words or len(words) > max_words:
+            raise ValueError(f"task {i} {text!r} has {len(words)} words; the policy reads 1 to {max_words}")
+        ids[i, : len(words)] = torch.tensor([word_ids.get(w, UNK_ID) for w in words])
+    return ids
+
+
+def word_index(vocab: list[str]) -> dict[str, int]:
+    """word -> id (ids 0 and 1 are <pad> and <unk>)."""
+    return {w: i + 2 for i, w in enumerate(vocab)} | {PAD_TOKEN: PAD_ID, UNK_TOKEN: UNK_ID}
+
+
+class TextEncoder(nn.Module):
+    """Token ids [B, L] -> [B, dim]: word + learned position embeddings, one self-attention layer (pre-norm
+    transformer layer over the non-pad tokens), then a learned query attending over them (4 heads), LayerNorm.
+
+    The per-token layer makes the pooled vector depend on which word sits where: an attention pool of
+    word + position vectors alone is a near-uniform sum at initialisation, the same for "red cube" and "cube red".
+    """
+
+    def __init__(self, vocab_size: int, max_words: int, dim: int) -> None:
+        super().__init__()
+        heads = 4 if dim % 4 == 0 else 1
+        self.words = nn.Embedding(vocab_size + 2, dim, padding_idx=PAD_ID)
+        self.positions = nn.Parameter(torch.randn(max_words, dim))
+        self.layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True,
+                                                norm_first=True)
+        self.query = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pad = ids == PAD_ID
+        tokens = self.layer(self.words(ids) + self.positions[: ids.shape[1]], src_key_padding_mask=pad)
+        pooled, _ = self.attn(self.query.expand(len(ids), -1, -1), tokens, tokens, key_padding_mask=pad,
+                              need_weights=False)
+        return self.norm(pooled[:, 0])
+
+
+class SpatialSoftmax(nn.Module):
+    """Feature maps [B, C, h, w] -> expected (x, y) in [-1, 1] of each channel's softmax over positions, [B, 2C]."""
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = features.shape
+        attn = features.flatten(2).softmax(dim=-1)  # [B, C, h·w]
+        ys = torch.linspace(-1.0, 1.0, h, device=features.device, dtype=features.dtype)
+        xs = torch.linspace(-1.0, 1.0, w, device=features.device, dtype=features.dtype)
+        grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
+        coords = torch.stack([grid_x.flatten(), grid_y.flatten()], dim=-1)  # [h·w, 2]
+        return (attn @ coords).reshape(b, 2 * c)
+
+
+class ImageEncoder(nn.Module):
+    """Images [B, 3, H, W] scaled to [-1, 1] -> [B, out_dim]: 3x3 convs with ReLU (no normalisation layers: on the
+    CPU GroupNorm cost as much as the convs), spatial softmax, Linear, LayerNorm."""
+
+    def __init__(self, channels: list[int], strides: list[int], out_dim: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 3
+        for c_out, stride in zip(channels, strides, strict=True):
+            layers += [nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1), nn.ReLU()]
+            c_in = c_out
+        self.convs = nn.Sequential(*layers)
+        self.keypoints = SpatialSoftmax()
+        self.proj = nn.Sequential(nn.Linear(2 * c_in, out_dim), nn.LayerNorm(out_dim))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.keypoints(self.convs(images)))
+
+
+def to_unit_range(images: torch.Tensor) -> torch.Tensor:
+    """uint8 [0, 255] (sim, robot) or float [0, 1] (datasets) images -> float32 in [-1, 1]."""
+    x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
+    return x * 2.0 - 1.0
+
+
+def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """DrQ's augmentation: each image [B, C, H, W] translated by an integer shift in [-pad, pad] pixels on each
+    axis, borders replicated."""
+    if pad <= 0:
+        return images
+    b, _, h, w = images.shape
+    padded = F.pad(images, (pad, pad, pad, pad), mode="replicate")
+    shift = torch.randint(0, 2 * pad + 1, (b, 2), generator=generator, device=images.device)
+    rows = torch.arange(h, device=images.device)[None, :] + shift[:, 1:2]  # [B, H]
+    cols = torch.arange(w, device=images.device)[None, :] + shift[:, 0:1]  # [B, W]
+    idx = torch.arange(b, device=images.device)[:, None, None]
+    return padded.permute(0, 2, 3, 1)[idx, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)

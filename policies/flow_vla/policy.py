@@ -1,0 +1,263 @@
+"""FlowVLAPolicy: a multi-task image + language + proprio policy whose action expert samples chunks by flow matching.
+
+Frames follow LeRobot's convention (``policies.keys``): ``observation.state`` float [N, P] degrees,
+``observation.images.<camera>`` uint8 [N, 3, H, W] (sim, robot) or float [0, 1] (datasets), ``task`` list[str].
+Actions are joint position targets in degrees, chunks [N, H, A]. Normalisation: the state through the processor
+(dataset mean/std), the actions by the ``action_mean`` / ``action_std`` buffers saved with the weights; images are
+scaled to [-1, 1]. No privileged simulator state is read.
+
+Sampling (``act``): x_1 = ε (zeros when ``deterministic``: the same chunk for the same frame, whatever the batch
+it is in; N(0, I) otherwise; or the ``noise`` given), then ``cfg.num_steps`` Euler steps to t = 0
+(``policies.flow_vla.flow``). With conditioning, the indicator of each frame (``CONDITION_KEY``; 1 when absent)
+conditions v_c, and v = v_u + β (v_c − v_u) with β = ``cfg.guidance_beta``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from policies import keys
+from policies.base import Policy
+from policies.flow_vla.config import CONDITION_KEY, FlowVLAConfig
+from policies.flow_vla.encoders import build_vocab, random_shift, split_words, to_unit_range, tokenize, word_index
+from policies.flow_vla.flow import (
+    euler_integrate,
+    euler_times,
+    flow_matching_loss,
+    guided_velocity,
+    interpolate,
+    sample_time,
+    target_velocity,
+)
+from policies.flow_vla.model import COND_NEGATIVE, COND_NONE, COND_POSITIVE, FlowVLAModel
+from policies.normalizer import EmpiricalNormalizer
+from policies.processor import Features, Processor
+
+Stats = Mapping[str, Mapping[str, Any]]  # feature -> {"mean", "std", "min", "max", ("count")}: tensors, arrays, lists
+
+
+def default_processor(cfg: FlowVLAConfig, state_names: list[str] | None = None,
+                      action_names: list[str] | None = None) -> Processor:
+    """The VLA's processor: the state [P] (normalised) and one image group [3, H, W] per camera."""
+    inputs = {keys.OBS_STATE: [cfg.state_dim]} | {keys.lerobot_image_key(c): [3, *cfg.image_size] for c in cfg.cameras}
+    features = Features(inputs=inputs, action_dim=cfg.action_dim,
+                        names={keys.OBS_STATE: list(state_names)} if state_names else {},
+                        action_names=list(action_names or []))
+    return Processor(features, [keys.OBS_STATE])
+
+
+class FlowVLAPolicy(Policy):
+    """π(chunk | images, task, state): flow matching over normalised action chunks [H, A].
+
+    Args:
+        cfg: architecture, vocabulary, sampling settings.
+        processor: features and the state normaliser (default: ``default_processor(cfg)``, identity statistics
+            until ``set_stats``).
+    """
+
+    type_name = "flow_vla"
+    config_class = FlowVLAConfig
+
+    def __init__(self, cfg: FlowVLAConfig, processor: Processor | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.processor = processor or default_processor(cfg)
+        want = default_processor(cfg).features
+        got = self.processor.features
+        if got.inputs != want.inputs or got.action_dim != want.action_dim:
+            raise ValueError(f"processor features {got.inputs} (action_dim {got.action_dim}) do not fit the config "
+                             f"{want.inputs} (action_dim {want.action_dim})")
+        self.model = FlowVLAModel(cfg)
+        self.register_buffer("action_mean", torch.zeros(cfg.action_dim))  # degrees
+        self.register_buffer("action_std", torch.ones(cfg.action_dim))  # degrees
+        self._word_ids = word_index(cfg.vocab)
+
+    @classmethod
+    def from_stats(cls, stats: Stats, tasks: list[str], cfg: FlowVLAConfig | None = None,
+                   state_names: list[str] | None = None, action_names: list[str] | None = None) -> FlowVLAPolicy:
+        """A fresh policy for a dataset: the vocabulary of its ``tasks`` in the config, and its statistics set.
+
+        Args:
+            stats: the loader's {feature: {"mean", "std", ...}}; reads ``observation.state`` and ``action``.
+            tasks: the training task strings.
+            cfg: the architecture (its ``vocab`` is replaced); default ``FlowVLAConfig()``.
+            state_names, action_names: optional joint names recorded in the processor (LeRobot's feature names).
+        """
+        cfg = dataclasses.replace(cfg or FlowVLAConfig(), vocab=build_vocab(tasks))
+        longest = max((len(split_words(t)) for t in tasks), default=0)
+        if longest > cfg.max_words:
+            raise ValueError(f"a training task has {longest} words, more than max_words={cfg.max_words}")
+        policy = cls(cfg, default_processor(cfg, state_names, action_names))
+        policy.set_stats(stats)
+        return policy
+
+    @property
+    def horizon(self) -> int:
+        return self.cfg.horizon
+
+    @property
+    def executed_steps(self) -> int:
+        return self.cfg.executed_steps
+
+    # ------------------------------------------------------------------------------------------ statistics
+    @torch.no_grad()
+    def set_stats(self, stats: Stats) -> None:
+        """Set the state normaliser and the action normalisation from dataset statistics (degrees).
+
+        Raises:
+            KeyError: ``observation.state`` or ``action`` (or their "mean"/"std") is missing.
+            ValueError: a statistic has the wrong size or is not finite (named).
+        """
+        state_mean, state_std = _mean_std(stats, keys.OBS_STATE, self.cfg.state_dim)
+        action_mean, action_std = _mean_std(stats, keys.ACTION_COL, self.cfg.action_dim)
+        norm = self._state_normalizer()
+        norm.mean.copy_(state_mean)
+        norm.var.copy_(state_std.pow(2))
+        count = stats[keys.OBS_STATE].get("count")
+        norm.count.fill_(float(torch.as_tensor(count).reshape(-1)[0]) if count is not None else 1.0)
+        self.action_mean.copy_(action_mean)
+        self.action_std.copy_(action_std.clamp_min(self.cfg.action_std_min))
+
+    def _state_normalizer(self) -> EmpiricalNormalizer:
+        return dict(zip(self.processor.normalized, self.processor.normalizers.values(), strict=True))[keys.OBS_STATE]
+
+    # ------------------------------------------------------------------------------------------ inputs
+    def _encode(self, frame: Mapping[str, Any], augment: bool = False) -> torch.Tensor:
+        """Context [N, D] of a frame (checked against the processor's features)."""
+        tensors = {k: v.to(self.device) for k, v in frame.items() if isinstance(v, torch.Tensor)}
+        self.processor.check(tensors)
+        n = tensors[keys.OBS_STATE].shape[0]
+        if keys.TASK not in frame:
+            raise ValueError(f"the frame has no {keys.TASK!r} (the instruction, list[str] of {n}); it has "
+                             f"{sorted(frame)}")
+        tasks = frame[keys.TASK]
+        tasks = [tasks] * n if isinstance(tasks, str) else list(tasks)
+        if len(tasks) != n:
+            raise ValueError(f"{keys.TASK!r} holds {len(tasks)} instructions for {n} frames")
+        state = self.processor(tensors)[keys.OBS_STATE].float()
+        images = {}
+        for cam in self.cfg.cameras:
+            img = to_unit_range(tensors[keys.lerobot_image_key(cam)])
+            images[cam] = random_shift(img, self.cfg.random_shift) if augment else img
+        tokens = tokenize(tasks, self._word_ids, self.cfg.max_words).to(self.device)
+        return self.model.encode(images, tokens, state)
+
+    def _condition_ids(self, indicator: Any, n: int) -> torch.Tensor:
+        """COND_POSITIVE / COND_NEGATIVE ids [n] from an indicator (bool or float > 0.5 is positive)."""
+        ind = torch.as_tensor(indicator, device=self.device).reshape(-1)
+        if ind.numel() != n:
+            raise ValueError(f"{CONDITION_KEY!r} holds {ind.numel()} values for {n} samples")
+        pos = ind.bool() if ind.dtype == torch.bool else ind.float() > 0.5
+        return torch.where(pos, COND_POSITIVE, COND_NEGATIVE)
+
+    # ------------------------------------------------------------------------------------------ training
+    def loss(self, batch: Mapping[str, Any], noise: torch.Tensor | None = None,
+             time: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """Flow-matching loss on a loader batch: the masked MSE between v_θ(x_t, t) and ε − a over non-padded steps
+        (a normalised by the action statistics). In training mode images are randomly shifted (``cfg.random_shift``)
+        and indicators dropped (``cfg.cond_dropout``); in eval mode neither, so a validation loss is comparable.
+
+        Args:
+            batch: ``observation.state`` [B, P] degrees, ``observation.images.<camera>`` [B, 3, H, W],
+                ``task`` list[str] of B, ``action`` [B, H, A] degrees, ``action_is_pad`` bool [B, H] (optional),
+                and ``CONDITION_KEY`` [B] (bool / float) when the config has conditioning.
+            noise: ε [B, H, A] (default N(0, I)); time: t [B] (default ``sample_time``), for reproducible tests.
+
+        Returns:
+            (scalar loss, {"loss", "pad_fraction", "cond_dropped"}).
+        """
+        cfg = self.cfg
+        action = batch[keys.ACTION_COL].to(self.device).float()
+        b = action.shape[0]
+        if tuple(action.shape[1:]) != (cfg.horizon, cfg.action_dim):
+            raise ValueError(f"batch {keys.ACTION_COL!r} has shape {list(action.shape)}, the policy predicts "
+                             f"[B, {cfg.horizon}, {cfg.action_dim}] chunks")
+        is_pad = batch.get(keys.ACTION_IS_PAD)
+        is_pad = None if is_pad is None else is_pad.to(self.device).bool().reshape(b, cfg.horizon)
+        a = (action - self.action_mean) / self.action_std
+        eps = torch.randn_like(a) if noise is None else noise.to(a)
+        t = sample_time(b, cfg.time_alpha, cfg.time_scale, cfg.time_offset, device=self.device) if time is None \
+            else time.to(a)
+        cond, dropped = None, 0.0
+        if cfg.conditioning:
+            if CONDITION_KEY not in batch:
+                raise KeyError(f"the config has conditioning but the batch has no {CONDITION_KEY!r} "
+                               f"(it has {sorted(batch)})")
+            cond = self._condition_ids(batch[CONDITION_KEY], b)
+            if self.training and cfg.cond_dropout > 0:
+                drop = torch.rand(b, device=self.device) < cfg.cond_dropout
+                cond = torch.where(drop, COND_NONE, cond)
+                dropped = float(drop.float().mean())
+        context = self._encode(batch, augment=self.training)
+        v = self.model.velocity(context, interpolate(a, eps, t), t, cond)
+        loss = flow_matching_loss(v, target_velocity(a, eps), is_pad)
+        pad = 0.0 if is_pad is None else float(is_pad.float().mean())
+        return loss, {"loss": float(loss.detach()), "pad_fraction": pad, "cond_dropped": dropped}
+
+    # ------------------------------------------------------------------------------------------ sampling
+    @torch.no_grad()
+    def act(self, obs: Mapping[str, Any], deterministic: bool = True,
+            noise: torch.Tensor | None = None) -> torch.Tensor:
+        """Action chunks [N, H, A]: joint position targets in degrees.
+
+        Args:
+            obs: a frame (see the module docstring); ``CONDITION_KEY`` [N] optional (default: positive).
+            deterministic: start from ε = 0 (else ε ~ N(0, I)); ignored when ``noise`` is given.
+            noise: ε [N, H, A] in normalised action units.
+        """
+        cfg = self.cfg
+        context = self._encode(obs)
+        n = context.shape[0]
+        shape = (n, cfg.horizon, cfg.action_dim)
+        if noise is not None:
+            if tuple(noise.shape) != shape:
+                raise ValueError(f"noise has shape {list(noise.shape)}, expected {list(shape)}")
+            x1 = noise.to(context)
+        else:
+            x1 = torch.zeros(shape, device=self.device) if deterministic else torch.randn(shape, device=self.device)
+        x0 = self._integrate(context, x1, obs.get(CONDITION_KEY))
+        return x0 * self.action_std + self.action_mean
+
+    def _integrate(self, context: torch.Tensor, x1: torch.Tensor, indicator: Any) -> torch.Tensor:
+        """x_0 [N, H, A] from x_1 by Euler steps of v: plain, conditional (β = 1), or guided, v_u and v_c in one
+        batched pass. The blocks' FiLM parameters of every step are computed at once (they do not depend on x)."""
+        cfg, n = self.cfg, context.shape[0]
+        guided = cfg.conditioning and cfg.guidance_beta != 1.0
+        cond = None
+        if cfg.conditioning:
+            cond = (torch.full((n,), COND_POSITIVE, device=self.device) if indicator is None
+                    else self._condition_ids(indicator, n))
+        if guided:
+            context, cond = torch.cat([context, context]), torch.cat([torch.full_like(cond, COND_NONE), cond])
+        m, k_steps = context.shape[0], cfg.num_steps
+        times = euler_times(k_steps, self.device).repeat_interleave(m)
+        films = self.model.modulation(context.repeat(k_steps, 1), times,
+                                      None if cond is None else cond.repeat(k_steps)).unflatten(1, (k_steps, m))
+
+        def velocity(x: torch.Tensor, t: torch.Tensor, k: int) -> torch.Tensor:
+            if not guided:
+                return self.model.expert(context, x, films[:, k])
+            v_u, v_c = self.model.expert(context, torch.cat([x, x]), films[:, k]).chunk(2)
+            return guided_velocity(v_u, v_c, cfg.guidance_beta)
+
+        return euler_integrate(velocity, x1, k_steps)
+
+
+def _mean_std(stats: Stats, feature: str, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if feature not in stats:
+        raise KeyError(f"dataset statistics have no {feature!r} (they have {sorted(stats)})")
+    out = []
+    for name in ("mean", "std"):
+        if name not in stats[feature]:
+            raise KeyError(f"dataset statistics of {feature!r} have no {name!r} (they have {sorted(stats[feature])})")
+        value = torch.as_tensor(stats[feature][name], dtype=torch.float32).reshape(-1)
+        if value.numel() != dim or not bool(torch.isfinite(value).all()):
+            raise ValueError(f"dataset statistic {feature}.{name} must be {dim} finite numbers, got {value.tolist()}")
+        out.append(value)
+    if bool((out[1] < 0).any()):
+        raise ValueError(f"dataset statistic {feature}.std is negative: {out[1].tolist()}")
+    return out[0], out[1]

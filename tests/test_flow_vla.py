@@ -1,0 +1,290 @@
+"""The flow-matching VLA: its math against hand-computed numbers (time sampling, Euler steps, loss, guidance, time
+embedding), the vocabulary and <unk>, a real overfit of a tiny batch, save/load, and running through an
+ActionQueue with task strings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from policies import ActionQueue, FlowVLAConfig, FlowVLAPolicy, keys, load_policy
+from policies.flow_vla import CONDITION_KEY
+from policies.flow_vla.encoders import PAD_ID, UNK_ID, build_vocab, tokenize, word_index
+from policies.flow_vla.flow import (
+    euler_integrate,
+    euler_times,
+    flow_matching_loss,
+    guided_velocity,
+    interpolate,
+    sample_time,
+    target_velocity,
+    time_embedding,
+)
+
+TASKS = ["pick up the red cube", "pick up the blue cube"]
+CAMS = ["front", "wrist"]
+
+
+def _tiny_cfg(**kw) -> FlowVLAConfig:
+    base = {"cameras": CAMS, "image_size": [32, 32], "horizon": 4, "executed_steps": 2, "conv_channels": [8, 16],
+            "conv_strides": [2, 2], "image_feature_dim": 32, "text_dim": 16, "hidden_dim": 64, "num_blocks": 2,
+            "time_dim": 16, "random_shift": 2}
+    return FlowVLAConfig(**(base | kw))
+
+
+def _stats() -> dict:
+    return {keys.OBS_STATE: {"mean": [0.0, 10, -20, 30, 0, 15], "std": [20.0, 30, 30, 25, 60, 10], "count": [500]},
+            keys.ACTION_COL: {"mean": [1.0, 11, -19, 29, 0, 20], "std": [22.0, 31, 29, 24, 61, 12],
+                              "min": [-40.0] * 6, "max": [40.0] * 6}}
+
+
+def _policy(**kw) -> FlowVLAPolicy:
+    torch.manual_seed(0)
+    return FlowVLAPolicy.from_stats(_stats(), TASKS, _tiny_cfg(**kw))
+
+
+def _batch(b: int, horizon: int = 4, seed: int = 1, uint8: bool = False) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    images = {keys.lerobot_image_key(c): torch.rand(b, 3, 32, 32, generator=g) for c in CAMS}
+    if uint8:
+        images = {k: (v * 255).round().to(torch.uint8) for k, v in images.items()}
+    pad = torch.zeros(b, horizon, dtype=torch.bool)
+    pad[0, -1] = True
+    return {keys.OBS_STATE: torch.randn(b, 6, generator=g) * 20, **images, keys.TASK: [TASKS[i % 2] for i in range(b)],
+            keys.ACTION_COL: torch.randn(b, horizon, 6, generator=g) * 20 + 5, keys.ACTION_IS_PAD: pad,
+            CONDITION_KEY: torch.arange(b) % 3 == 0}
+
+
+# ---------------------------------------------------------------------------------------------- math by hand
+def test_time_sampling_is_the_affine_beta():
+    t = sample_time(200_000, generator=torch.Generator().manual_seed(0))
+    assert float(t.min()) >= 0.001 and float(t.max()) <= 1.0
+    # mean 0.999 · 1.5/2.5 + 0.001 = 0.6004; std of the mean: 0.999 · sqrt(1.5/(2.5² · 3.5)) / sqrt(2e5) = 5.9e-4
+    assert abs(float(t.mean()) - 0.6004) < 3e-3
+    # P(t <= 0.5005) = P(Beta(1.5, 1) <= 0.5) = 0.5^1.5 = 0.35355 (binomial std 1.1e-3)
+    assert abs(float((t <= 0.5005).float().mean()) - 0.35355) < 5e-3
+    # the draw is U^(1/1.5) of the generator's uniforms, affinely mapped
+    u = torch.rand(5, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(sample_time(5, generator=torch.Generator().manual_seed(3)),
+                               0.999 * u.pow(2 / 3) + 0.001)
+
+
+def test_euler_integration_by_hand():
+    x1 = torch.tensor([[2.0, -4.0]])
+    seen = []
+
+    def const(x, t, k):
+        seen.append((round(float(t[0]), 6), k))
+        return torch.tensor([[1.0, 3.0]])
+
+    torch.testing.assert_close(euler_integrate(const, x1, 3), torch.tensor([[1.0, -7.0]]))  # x1 − v
+    assert seen == [(1.0, 0), (0.666667, 1), (0.333333, 2)]
+    # v = x, 2 steps: x ← x·(1 − 0.5) twice = 0.25·x1
+    torch.testing.assert_close(euler_integrate(lambda x, t, k: x, x1, 2), torch.tensor([[0.5, -1.0]]))
+    # v = t, 4 steps at t = 1, .75, .5, .25: x1 − 0.25·2.5 = x1 − 0.625
+    torch.testing.assert_close(euler_integrate(lambda x, t, k: t[:, None].expand_as(x), x1, 4),
+                               torch.tensor([[1.375, -4.625]]))
+    # v = t·x, 2 steps: x ← x − 0.5·x = 0.5 x; then x ← 0.5x − 0.5·0.5·0.5x = 0.375·x1
+    torch.testing.assert_close(euler_integrate(lambda x, t, k: t[:, None] * x, x1, 2), torch.tensor([[0.75, -1.5]]))
+    torch.testing.assert_close(euler_times(4), torch.tensor([1.0, 0.75, 0.5, 0.25]))
+
+
+def test_flow_matching_path_and_loss_by_hand():
+    a, eps = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]]), torch.tensor([[[0.0, -2.0], [1.0, 0.0]]])
+    torch.testing.assert_close(interpolate(a, eps, torch.tensor([0.25])),
+                               torch.tensor([[[0.75, 1.0], [2.5, 3.0]]]))  # 0.25·ε + 0.75·a
+    torch.testing.assert_close(interpolate(a, eps, torch.tensor([1.0])), eps)
+    u = target_velocity(a, eps)
+    torch.testing.assert_close(u, torch.tensor([[[-1.0, -4.0], [-2.0, -4.0]]]))
+    # a model returning the exact velocity has zero loss, padded steps or not
+    assert float(flow_matching_loss(u, u)) == 0.0
+    pad = torch.tensor([[False, True]])
+    assert float(flow_matching_loss(u + torch.tensor([0.0, 7.0])[None, :, None], u, pad)) == 0.0
+    # error 1 on both dims of step 0, none on step 1: per-step means [1, 0]
+    err = u + torch.tensor([1.0, 0.0])[None, :, None]
+    assert float(flow_matching_loss(err, u)) == 0.5
+    assert float(flow_matching_loss(err, u, pad)) == 1.0
+    assert float(flow_matching_loss(err, u, torch.tensor([[True, False]]))) == 0.0
+
+
+def test_classifier_free_guidance_by_hand():
+    v_u, v_c = torch.tensor([1.0, 2.0]), torch.tensor([3.0, 1.0])
+    torch.testing.assert_close(guided_velocity(v_u, v_c, 2.0), torch.tensor([5.0, 0.0]))  # 1 + 2·2, 2 + 2·(−1)
+    torch.testing.assert_close(guided_velocity(v_u, v_c, 1.0), v_c)
+    torch.testing.assert_close(guided_velocity(v_u, v_c, 0.0), v_u)
+
+
+def test_time_embedding_by_hand():
+    emb = time_embedding(torch.tensor([0.0, 1.0], dtype=torch.float64), 4)  # periods 4e-3 and 4
+    torch.testing.assert_close(emb[0], torch.tensor([0.0, 0.0, 1.0, 1.0], dtype=torch.float64))
+    # t = 1: 2π/4e-3 = 500π (sin 0, cos 1); 2π/4 = π/2 (sin 1, cos 0)
+    torch.testing.assert_close(emb[1], torch.tensor([0.0, 1.0, 1.0, 0.0], dtype=torch.float64), atol=1e-9, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------- language
+def test_vocabulary_and_unknown_words():
+    vocab = build_vocab(["Pick up the red cube.", "pick up the BLUE cube"])
+    assert vocab == ["blue", "cube", "pick", "red", "the", "up"]
+    ids = word_index(vocab)
+    tok = tokenize(["pick up the purple cube", "pick up the red cube"], ids, 6)
+    assert tok[0].tolist() == [ids["pick"], ids["up"], ids["the"], UNK_ID, ids["cube"], PAD_ID]
+    assert tok[1, 3] == ids["red"] and ids["red"] not in (UNK_ID, PAD_ID)
+    with pytest.raises(ValueError, match="task 1 '' has 0 words"):
+        tokenize(["red", ""], ids, 6)
+    with pytest.raises(ValueError, match="has 7 words; the policy reads 1 to 6"):
+        tokenize(["a b c d e f g"], ids, 6)
+    # the text encoder keeps word identity and order (a mean of word vectors would not see order)
+    pol = _policy()
+    emb = pol.model.text(tokenize(["red cube", "cube red", "blue cube"], pol._word_ids, pol.cfg.max_words))
+    assert (emb[0] - emb[1]).abs().max() > 1e-3 and (emb[0] - emb[2]).abs().max() > 1e-3
+    # a policy given an instruction with an unknown word still acts (the word reads as <unk>)
+    pol.eval()
+    frame = {k: v for k, v in _batch(2).items() if k not in (keys.ACTION_COL, keys.ACTION_IS_PAD)}
+    frame[keys.TASK] = ["pick up the purple cube", "pick up the red cube"]
+    assert torch.isfinite(pol.act(frame)).all()
+
+
+# ---------------------------------------------------------------------------------------------- the policy
+def test_loss_is_zero_for_the_exact_velocity_and_uses_the_action_statistics():
+    pol = _policy()
+    pol.eval()
+    batch = _batch(3)
+    eps, t = torch.randn(3, 4, 6), torch.tensor([0.2, 0.5, 0.9])
+    a_norm = (batch[keys.ACTION_COL] - torch.tensor(_stats()[keys.ACTION_COL]["mean"])) / torch.tensor(
+        _stats()[keys.ACTION_COL]["std"])
+    pol.model.velocity = lambda ctx, x, tt, cond: eps - a_norm  # an oracle: u = ε − a in normalised units
+    loss, metrics = pol.loss(batch, noise=eps, time=t)
+    assert float(loss) == 0.0 and metrics["pad_fraction"] == pytest.approx(1 / 12)
+    pol.model.velocity = lambda ctx, x, tt, cond: eps - a_norm + 1.0
+    assert float(pol.loss(batch, noise=eps, time=t)[0]) == pytest.approx(1.0)
+
+
+def test_overfits_a_tiny_fixed_batch():
+    pol = _policy(random_shift=0)
+    batch = _batch(8)
+    g = torch.Generator().manual_seed(5)
+    eval_noise, eval_time = torch.randn(8, 4, 6, generator=g), sample_time(8, generator=g)
+
+    def eval_loss() -> float:
+        pol.eval()
+        with torch.no_grad():
+            return float(pol.loss(batch, noise=eval_noise, time=eval_time)[0])
+
+    before = eval_loss()
+    opt = torch.optim.Adam(pol.parameters(), lr=2e-3)
+    pol.train()
+    for _ in range(200):
+        loss, _ = pol.loss(batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    after = eval_loss()
+    assert before > 1.0 and after < 0.2 * before, (before, after)
+    # and the sampled chunks move to the demonstrated ones (normalised error well under the data's spread of 1)
+    pol.eval()
+    frame = {k: v for k, v in batch.items() if k not in (keys.ACTION_COL, keys.ACTION_IS_PAD)}
+    err = (pol.act(frame) - batch[keys.ACTION_COL]) / pol.action_std
+    assert float(err[~batch[keys.ACTION_IS_PAD]].pow(2).mean()) < 0.25
+
+
+def test_images_as_uint8_or_float_give_the_same_actions_and_shapes_are_checked():
+    pol = _policy().eval()
+    as_float = {k: v for k, v in _batch(2, uint8=True).items() if k != keys.ACTION_COL}
+    as_uint8 = dict(as_float)
+    for c in CAMS:
+        as_float[keys.lerobot_image_key(c)] = as_uint8[keys.lerobot_image_key(c)].float() / 255
+    out = pol.act(as_uint8)
+    assert out.shape == (2, 4, 6) and pol.horizon == 4 and pol.executed_steps == 2
+    torch.testing.assert_close(pol.act(as_float), out)
+    bad = dict(as_uint8) | {keys.lerobot_image_key("wrist"): torch.zeros(2, 3, 64, 64, dtype=torch.uint8)}
+    with pytest.raises(ValueError, match=r"'observation.images.wrist' has shape \[3, 64, 64\] per env, the policy "
+                                         r"was trained on \[3, 32, 32\]"):
+        pol.act(bad)
+    with pytest.raises(ValueError, match="the frame has no 'task'"):
+        pol.act({k: v for k, v in as_uint8.items() if k != keys.TASK})
+    with pytest.raises(KeyError, match="no 'action'"):
+        FlowVLAPolicy.from_stats({keys.OBS_STATE: _stats()[keys.OBS_STATE]}, TASKS, _tiny_cfg())
+    with pytest.raises(ValueError, match=r"action.std must be 6 finite numbers"):
+        FlowVLAPolicy.from_stats(_stats() | {keys.ACTION_COL: {"mean": [0.0] * 6, "std": [1.0] * 5}}, TASKS,
+                                 _tiny_cfg())
+    with pytest.raises(ValueError, match=r"batch 'action' has shape \[2, 5, 6\]"):
+        pol.loss(_batch(2, horizon=5))
+
+
+def test_deterministic_sampling_starts_from_zero_noise():
+    pol = _policy().eval()
+    frame = {k: v for k, v in _batch(3).items() if k != keys.ACTION_COL}
+    det = pol.act(frame)
+    torch.testing.assert_close(pol.act(frame, noise=torch.zeros(3, 4, 6)), det, rtol=0, atol=0)
+    torch.testing.assert_close(pol.act({**{k: v[1:2] for k, v in frame.items() if isinstance(v, torch.Tensor)},
+                                        keys.TASK: frame[keys.TASK][1:2]}), det[1:2])  # batch-independent
+    torch.manual_seed(1)
+    assert not torch.allclose(pol.act(frame, deterministic=False), det)
+
+
+def test_conditioning_dropout_and_guidance():
+    pol = _policy(conditioning=True, cond_dropout=0.3)
+    batch = _batch(64)
+    torch.manual_seed(0)
+    _, m = pol.loss(batch)
+    assert 0.1 < m["cond_dropped"] < 0.5  # ~0.3 of the indicators replaced by "no condition" in training
+    pol.eval()
+    assert pol.loss(batch)[1]["cond_dropped"] == 0.0
+    with pytest.raises(KeyError, match="no 'advantage_indicator'"):
+        pol.loss({k: v for k, v in batch.items() if k != CONDITION_KEY})
+    # sampling: β = 0 is the unconditional flow, β = 1 the positive-conditioned one, β = 2 extrapolates past it
+    frame = {k: v[:2] for k, v in batch.items() if k not in (keys.ACTION_COL, CONDITION_KEY)}
+    for block in pol.model.blocks:  # FiLM starts at zero (the condition has no effect yet): give it some
+        torch.nn.init.normal_(block.film.weight, std=0.3)
+    noise = torch.randn(2, 4, 6)
+    with torch.no_grad():
+        ctx = pol._encode(frame)
+        uncond = euler_integrate(lambda x, t, k: pol.model.velocity(ctx, x, t, None), noise, 10)
+        positive = euler_integrate(lambda x, t, k: pol.model.velocity(ctx, x, t, torch.full((2,), 2)), noise, 10)
+    outs = {}
+    for beta in (0.0, 1.0, 2.0):
+        pol.cfg.guidance_beta = beta
+        outs[beta] = pol.act(frame, noise=noise)
+    torch.testing.assert_close(outs[0.0], uncond * pol.action_std + pol.action_mean, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(outs[1.0], positive * pol.action_std + pol.action_mean, rtol=1e-5, atol=1e-4)
+    assert not torch.allclose(outs[2.0], outs[1.0])
+    neg = pol.act(frame | {CONDITION_KEY: torch.tensor([False, False])}, noise=noise)
+    assert not torch.allclose(neg, outs[2.0])
+
+
+def test_save_load_round_trip_gives_identical_actions(tmp_path):
+    pol = _policy(conditioning=True, guidance_beta=1.5)
+    opt = torch.optim.Adam(pol.parameters(), lr=1e-3)
+    for _ in range(2):
+        loss, _ = pol.loss(_batch(4))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    pol.eval()
+    pol.save(tmp_path / "vla")
+    back = load_policy(tmp_path / "vla")
+    assert isinstance(back, FlowVLAPolicy) and back.cfg == pol.cfg and back.cfg.vocab == build_vocab(TASKS)
+    assert torch.equal(back.action_std, pol.action_std) and torch.equal(back.action_mean, pol.action_mean)
+    assert back._state_normalizer().count.item() == 500
+    torch.testing.assert_close(back._state_normalizer().var, torch.tensor(_stats()[keys.OBS_STATE]["std"]) ** 2)
+    frame = {k: v for k, v in _batch(3, uint8=True).items() if k != keys.ACTION_COL}
+    noise = torch.randn(3, 4, 6)
+    assert torch.equal(back.act(frame, noise=noise), pol.act(frame, noise=noise))
+    # (loadable without training code: policies/ imports nothing of robot_rl, tests/test_import_direction.py)
+
+
+def test_runs_through_an_action_queue_with_task_strings():
+    pol = _policy().eval()
+    frame = {k: v for k, v in _batch(3, uint8=True).items() if k not in (keys.ACTION_COL, keys.ACTION_IS_PAD,
+                                                                          CONDITION_KEY)}
+    for ensemble in (None, 0.01):
+        q = ActionQueue(pol, num_envs=3, action_dim=6, temporal_ensemble=ensemble)
+        first = q(frame)
+        assert first.shape == (3, 6) and torch.isfinite(first).all()
+        torch.testing.assert_close(first, pol.act(frame)[:, 0])
+        q.reset(torch.tensor([1]))
+        assert q.due().tolist() == ([1] if ensemble is None else [0, 1, 2])
+        assert torch.isfinite(q(frame)).all()
+    assert math.isclose(float(pol.action_std[0]), 22.0)
