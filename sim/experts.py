@@ -15,6 +15,13 @@ the current waypoint, and converts the joint targets into the task's normalised 
     obs, _ = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step(expert.act(obs))   # [N, 6] in [-1, 1]
     expert.reset((terminated | truncated).nonzero().flatten())            # with auto-reset: new episodes
+
+``quality`` (1.0: the expert as written, its full success rate) makes demos imperfect the way a person's are, so a
+dataset holds good and bad actions (RECAP needs both): at every episode start each flaw is switched on, per env,
+with probability ``1 - quality``, drawn from the expert's own seeded generator -- Gaussian action noise, a pause
+(the arm held still for a while), a detour (the approach aims beside the object first, then corrects), and where
+the task has them a missed grasp (closing above the cube, then starting over), a dropped cube (let go while lifting,
+then starting over) and the wrong cube first (so101_pick).
 """
 
 from __future__ import annotations
@@ -31,10 +38,18 @@ from robot_rl.env import Obs, ObsSpec
 from sim import ik, so101
 from sim.env import MujocoFamilyEnv
 from sim.task import Task
+from sim.tasks.so101_pick import COLOURS, cube_name
 
 GRIPPER_OPEN = 1.0  # rad, ~5 cm between the pads
 GRIPPER_CLOSED = -0.17  # rad, past contact so the servo squeezes
 GROUPS = (keys.CRITIC, keys.PROPRIO, keys.POLICY)  # where observation parts are looked up, first match wins
+# Flaws of an imperfect episode (``quality`` < 1), each drawn per env and episode.
+NOISE_STD = (0.2, 0.8)  # std of the Gaussian noise on normalised actions, uniform in this range
+PAUSE_START = (3, 40)  # control step at which the arm stops, uniform in [low, high)
+PAUSE_STEPS = (10, 30)  # control steps it stays still, uniform in [low, high)
+DETOUR = (0.04, 0.06)  # m, how far beside the approach waypoint the first approach aims (random heading, 0-2 cm up)
+MISS_HEIGHT = (0.025, 0.035)  # m, how far above the grasp height a missed grasp closes
+DROP_AFTER = (3, 15)  # control steps into the lift at which a dropped cube is let go
 
 
 def _quat_yaw(q: np.ndarray) -> float:
@@ -51,12 +66,19 @@ class ScriptedExpert:
         num_envs: N.
         obs_spec: the env's observation spec (names the parts the expert reads).
         ik_iters: damped-least-squares iterations per step.
+        quality: in [0, 1]; each flaw of an episode is on with probability ``1 - quality`` (1.0: none, ever).
+        seed: seeds the draws of the flaws (and of the action noise).
     """
 
     site = "grasp"
     parts: tuple[str, ...] = ()  # observation parts read besides joint_pos
 
-    def __init__(self, task: Task, num_envs: int, obs_spec: ObsSpec, ik_iters: int = 30) -> None:
+    def __init__(self, task: Task, num_envs: int, obs_spec: ObsSpec, ik_iters: int = 30, quality: float = 1.0,
+                 seed: int = 0) -> None:
+        if not 0.0 <= float(quality) <= 1.0:
+            raise ValueError(f"expert quality must lie in [0, 1], got {quality}")
+        self.quality = float(quality)
+        self.rng = np.random.default_rng(seed)
         self.cfg, self.obs_spec, self.num_envs = task.cfg, obs_spec, num_envs
         self.model = task.build_spec().compile()  # the expert's own model: its IK never touches the env
         self.data = mujoco.MjData(self.model)
@@ -70,11 +92,40 @@ class ScriptedExpert:
         self.memo: dict[str, np.ndarray] = {}
         self.seen: dict[str, np.ndarray] = {}  # this step's observation parts, float64 [N, size]
         self._q_target = np.zeros((num_envs, 6))
+        # This episode's flaws, per env (see the module docstring); none at quality 1.
+        self.steps = np.zeros(num_envs, dtype=int)  # control steps since the episode began
+        self.noise_std = np.zeros(num_envs)
+        self.pause = np.zeros((num_envs, 2), dtype=int)  # [start, stop) control steps; empty when start == stop
+        self.detour = np.zeros((num_envs, 3))  # m, added to the first approach waypoint until it is reached
+        self.miss = np.zeros(num_envs)  # m, added to the first grasp height (0: no miss)
+        self.drop = np.zeros(num_envs, dtype=int)  # the first lift lets go after this many steps (0: it holds on)
+        self._hold = np.zeros((num_envs, 6))
+        self.reset()
 
     def reset(self, env_ids: torch.Tensor | None = None) -> None:
-        """Start new episodes in ``env_ids`` (int [K]; None: every env)."""
-        ids = slice(None) if env_ids is None else torch.as_tensor(env_ids).cpu().long().numpy()
-        self.phase[ids], self.timer[ids] = 0, 0
+        """Start new episodes in ``env_ids`` (int [K]; None: every env) and draw their flaws."""
+        ids = np.arange(self.num_envs) if env_ids is None else torch.as_tensor(env_ids).cpu().long().numpy()
+        self.phase[ids], self.timer[ids], self.steps[ids] = 0, 0, 0
+        self._draw_flaws(ids)
+
+    def _draw_flaws(self, ids: np.ndarray) -> None:
+        """Each flaw on with probability ``1 - quality`` for the episodes starting in ``ids``, in a fixed order of
+        draws (the same seed, resets and quality give the same flaws)."""
+        n, p, rng = len(ids), 1.0 - self.quality, self.rng
+        on = rng.random((n, 6)) < p  # noise, pause, detour, miss, drop, task-specific
+        self.noise_std[ids] = np.where(on[:, 0], rng.uniform(*NOISE_STD, n), 0.0)
+        start = rng.integers(*PAUSE_START, n)
+        self.pause[ids] = np.stack([start, start + np.where(on[:, 1], rng.integers(*PAUSE_STEPS, n), 0)], axis=1)
+        heading = rng.uniform(0, 2 * np.pi, n)
+        dist, up = rng.uniform(*DETOUR, n), rng.uniform(0.0, 0.02, n)
+        detour = np.stack([dist * np.cos(heading), dist * np.sin(heading), up], axis=1)
+        self.detour[ids] = np.where(on[:, 2:3], detour, 0.0)
+        self.miss[ids] = np.where(on[:, 3], rng.uniform(*MISS_HEIGHT, n), 0.0)
+        self.drop[ids] = np.where(on[:, 4], rng.integers(*DROP_AFTER, n), 0)
+        self._draw_task_flaws(ids, on[:, 5])
+
+    def _draw_task_flaws(self, ids: np.ndarray, on: np.ndarray) -> None:
+        """A task's own flaw for the episodes starting in ``ids`` where ``on`` (bool [len(ids)])."""
 
     def act(self, obs: Obs) -> torch.Tensor:
         """float32 [N, 6] actions in [-1, 1] for the observations ``obs``, on their device."""
@@ -82,12 +133,23 @@ class ScriptedExpert:
         self.seen = {name: self.obs_spec.part(obs, name, GROUPS).detach().cpu().double().numpy()
                      for name in ("joint_pos", *self.parts)}
         for i in range(self.num_envs):
-            self.data.qpos[self.arm_qadr] = self.seen["joint_pos"][i]
-            mujoco.mj_kinematics(self.model, self.data)
-            self._q_target[i] = self._plan(i)
-            self.timer[i] += 1
+            start, stop = self.pause[i]
+            if start <= self.steps[i] < stop:  # holding still: the arm where it stood, the gripper as commanded
+                if self.steps[i] == start:
+                    self._hold[i] = np.append(self.seen["joint_pos"][i, :5], self._q_target[i, 5])
+                self._q_target[i] = self._hold[i]
+            else:
+                self.data.qpos[self.arm_qadr] = self.seen["joint_pos"][i]
+                mujoco.mj_kinematics(self.model, self.data)
+                self._q_target[i] = self._plan(i)
+                self.timer[i] += 1
+            self.steps[i] += 1
         target = torch.as_tensor(self._q_target, dtype=torch.float32)
-        return self.arm.ctrl_to_action(q.detach().float().cpu(), target).to(q.device)
+        action = self.arm.ctrl_to_action(q.detach().float().cpu(), target)
+        if self.noise_std.any():
+            noise = self.rng.standard_normal((self.num_envs, 6)) * self.noise_std[:, None]
+            action = (action + torch.as_tensor(noise, dtype=torch.float32)).clamp(-1.0, 1.0)
+        return action.to(q.device)
 
     def _ik(self, pos: np.ndarray, yaw: float | None) -> np.ndarray:
         q0 = self.data.qpos[self.arm_qadr[:5]]
@@ -102,19 +164,30 @@ class ScriptedExpert:
         self.phase[i] += 1
         self.timer[i] = 0
 
+    def _approached(self, i: int) -> bool:
+        """Called when the approach waypoint is reached: True when it was the real one; after a detour's false
+        waypoint the detour ends (the approach corrects) and the phase goes on."""
+        if self.detour[i].any():
+            self.detour[i], self.timer[i] = 0.0, 0
+            return False
+        return True
+
     def _plan(self, i: int) -> np.ndarray:
         """[6] joint targets (rad) of env ``i``; ``self.data`` holds its observed arm pose."""
         raise NotImplementedError
 
 
 class ReachExpert(ScriptedExpert):
-    """IK straight to the target with the tool frame."""
+    """IK straight to the target with the tool frame (after a detour's false target, when it has one)."""
 
     site = "ee"
     parts = ("target_pos",)
 
     def _plan(self, i: int) -> np.ndarray:
-        q = self._ik(self.seen["target_pos"][i], None)
+        goal = self.seen["target_pos"][i] + self.detour[i]
+        if self.detour[i].any() and (np.linalg.norm(self._site_pos() - goal) < 0.015 or self.timer[i] > 40):
+            self._approached(i)
+        q = self._ik(goal, None)
         return np.append(q, self.seen["joint_pos"][i, 5])
 
 
@@ -123,24 +196,33 @@ class LiftExpert(ScriptedExpert):
 
     parts = ("cube_pos", "cube_quat", "pad_contacts")
 
+    def _cube(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The cube to lift in env ``i``: position [3] (m), quaternion [4] (w x y z), pad contacts [2] (1/0)."""
+        return self.seen["cube_pos"][i], self.seen["cube_quat"][i], self.seen["pad_contacts"][i]
+
+    def _choose(self, i: int) -> None:
+        """Called at the start of every attempt (phase 0): a task with several cubes picks one here."""
+
     def _grasp_yaw(self, cube: np.ndarray, cube_yaw: float) -> float:
         preferred = math.atan2(cube[1], cube[0]) + math.pi / 2  # jaws across the line from the base: least roll
         return ik.nearest_grasp_yaw(cube_yaw, preferred)
 
     def _plan(self, i: int) -> np.ndarray:
-        cube = self.seen["cube_pos"][i]
-        if self.phase[i] == 0:  # remember how to hold the cube
-            yaw = self._grasp_yaw(cube, _quat_yaw(self.seen["cube_quat"][i]))
+        if self.phase[i] == 0:  # choose the cube, remember how to hold it
+            self._choose(i)
+            cube, quat, _ = self._cube(i)
+            yaw = self._grasp_yaw(cube, _quat_yaw(quat))
             self.memo.setdefault("yaw", np.zeros(self.num_envs))[i] = yaw
             self._advance(i)
+        cube, _, contacts = self._cube(i)
         yaw = float(self.memo["yaw"][i])
         site = self._site_pos()
-        if self.phase[i] == 1:  # above the cube, open
-            goal, grip = cube + [0, 0, 0.06], GRIPPER_OPEN
-            if np.linalg.norm(site - goal) < 0.012 or self.timer[i] > 60:
+        if self.phase[i] == 1:  # above the cube, open (beside it first, on a detour)
+            goal, grip = cube + [0, 0, 0.06] + self.detour[i], GRIPPER_OPEN
+            if (np.linalg.norm(site - goal) < 0.012 or self.timer[i] > 60) and self._approached(i):
                 self._advance(i)
-        elif self.phase[i] == 2:  # down around it
-            goal, grip = cube + [0, 0, 0.002], GRIPPER_OPEN
+        elif self.phase[i] == 2:  # down around it (closing too high on a missed grasp)
+            goal, grip = cube + [0, 0, 0.002 + self.miss[i]], GRIPPER_OPEN
             self.memo.setdefault("close_at", np.zeros((self.num_envs, 3)))[i] = goal
             if np.linalg.norm(site - goal) < 0.006 or self.timer[i] > 40:
                 self._advance(i)
@@ -150,9 +232,42 @@ class LiftExpert(ScriptedExpert):
                 self._advance(i)
         else:  # lift; a missed grasp (a jaw nudged the cube away) starts over from above the cube, as a person would
             goal, grip = cube * [1, 1, 0] + [0, 0, 0.0125 + self.cfg.lift_height + 0.03], GRIPPER_CLOSED
-            if self.timer[i] > 6 and self.seen["pad_contacts"][i].min() < 0.5:
-                self.phase[i], self.timer[i] = 0, 0
+            if 0 < self.drop[i] <= self.timer[i]:  # a flawed episode lets the cube slip from its fingers
+                grip = GRIPPER_OPEN
+            if self.timer[i] > 6 and contacts.min() < 0.5:
+                self.phase[i], self.timer[i], self.miss[i], self.drop[i] = 0, 0, 0.0, 0
         return np.append(self._ik(goal, yaw), grip)
+
+
+class PickExpert(LiftExpert):
+    """LiftExpert on the cube the instruction names, read from the ``target_onehot`` part; on a flawed episode it
+    first goes above another cube, then turns to the named one."""
+
+    parts = ("target_onehot", "pad_contacts", *(f"{cube_name(c)}_{p}" for c in COLOURS for p in ("pos", "quat")))
+
+    def __init__(self, task: Task, num_envs: int, obs_spec: ObsSpec, **kwargs: Any) -> None:
+        self.cube_idx = np.zeros(num_envs, dtype=int)  # the cube of the current attempt, index into COLOURS
+        self.wrong = np.full(num_envs, -1)  # on a flawed episode: the shift from the named cube to the one visited
+        super().__init__(task, num_envs, obs_spec, **kwargs)  # first (1 or 2); -1: none
+
+    def _draw_task_flaws(self, ids: np.ndarray, on: np.ndarray) -> None:
+        shift = self.rng.integers(1, len(COLOURS), len(ids))  # which of the other cubes, once the target is seen
+        self.wrong[ids] = np.where(on, shift, -1)
+
+    def _choose(self, i: int) -> None:
+        named = int(np.argmax(self.seen["target_onehot"][i]))
+        self.cube_idx[i] = (named + self.wrong[i]) % len(COLOURS) if self.wrong[i] > 0 else named
+
+    def _approached(self, i: int) -> bool:
+        if self.wrong[i] > 0:  # above the wrong cube: start over with the named one
+            self.wrong[i], self.phase[i], self.timer[i] = -1, 0, 0
+            return False
+        return super()._approached(i)
+
+    def _cube(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        k = int(self.cube_idx[i])
+        name = cube_name(COLOURS[k])
+        return self.seen[f"{name}_pos"][i], self.seen[f"{name}_quat"][i], self.seen["pad_contacts"][i, 2 * k:2 * k + 2]
 
 
 class PushExpert(ScriptedExpert):
@@ -183,9 +298,9 @@ class PushExpert(ScriptedExpert):
         # the cube's centre it clears the cube's back face by ~6 mm, and the open moving jaw its front by ~18 mm.
         start = cube[:2] - u * 0.004
         speed = 0.015  # m per control step
-        if self.phase[i] == 1:  # above the cube, jaws open across it
-            goal_pos = np.array([*start, 0.06])
-            if np.linalg.norm(site - goal_pos) < 0.01 or self.timer[i] > 60:
+        if self.phase[i] == 1:  # above the cube, jaws open across it (beside it first, on a detour)
+            goal_pos = np.array([*start, 0.06]) + self.detour[i]
+            if (np.linalg.norm(site - goal_pos) < 0.01 or self.timer[i] > 60) and self._approached(i):
                 self._advance(i)
         elif self.phase[i] == 2:  # down around it
             goal_pos, speed = np.array([*start, 0.015]), 0.01
@@ -203,12 +318,19 @@ class PushExpert(ScriptedExpert):
 
 
 EXPERTS: dict[str, type[ScriptedExpert]] = {"so101_reach": ReachExpert, "so101_lift": LiftExpert,
-                                            "so101_push": PushExpert}
+                                            "so101_push": PushExpert, "so101_pick": PickExpert}
 
 
-def make_expert(env: MujocoFamilyEnv, **kwargs: Any) -> ScriptedExpert:
-    """The scripted expert of ``env``'s task, for its size and observation spec (the env itself is not kept)."""
+def make_expert(env: MujocoFamilyEnv, quality: float = 1.0, seed: int = 0, **kwargs: Any) -> ScriptedExpert:
+    """The scripted expert of ``env``'s task, for its size and observation spec (the env itself is not kept).
+
+    Args:
+        env: the env (or a ``LeRobotView``'s inner env, ``view.env``) whose task the expert solves.
+        quality: in [0, 1]; 1.0 is the expert as written, lower mixes flawed episodes in (module docstring).
+        seed: seeds the expert's flaws and action noise.
+        **kwargs: ``ik_iters``.
+    """
     task = env.task
     if task.name not in EXPERTS:
         raise ValueError(f"no scripted expert for task {task.name!r}; experts exist for {sorted(EXPERTS)}")
-    return EXPERTS[task.name](task, env.num_envs, env.obs_spec, **kwargs)
+    return EXPERTS[task.name](task, env.num_envs, env.obs_spec, quality=quality, seed=seed, **kwargs)

@@ -1,7 +1,7 @@
 """Interop: our tasks as single gymnasium envs and as a Stable-Baselines3 ``VecEnv`` (``sb3_vec_env``).
 
     import sim  # registers robot_rl/SO101Reach-v0, robot_rl/SO101Lift-v0, robot_rl/SO101Push-v0,
-                # robot_rl/HumanoidWalk-v0
+                # robot_rl/SO101Pick-v0, robot_rl/HumanoidWalk-v0
     env = gymnasium.make("robot_rl/SO101Lift-v0")
 
 Observations: the ``policy`` group as a float32 ``Box``; with cameras, a ``Dict`` of it (``"state"``) and one
@@ -25,6 +25,7 @@ GYM_IDS = {
     "robot_rl/SO101Reach-v0": "so101_reach",
     "robot_rl/SO101Lift-v0": "so101_lift",
     "robot_rl/SO101Push-v0": "so101_push",
+    "robot_rl/SO101Pick-v0": "so101_pick",
     "robot_rl/HumanoidWalk-v0": "humanoid_walk",
 }
 

@@ -15,6 +15,7 @@ from sim.task import Task
 def _tasks() -> dict[str, tuple[type, type]]:
     from sim.tasks.humanoid_walk import HumanoidWalkConfig, HumanoidWalkTask
     from sim.tasks.so101_lift import LiftConfig, LiftTask
+    from sim.tasks.so101_pick import PickConfig, PickTask
     from sim.tasks.so101_push import PushConfig, PushTask
     from sim.tasks.so101_reach import ReachConfig, ReachTask
 
@@ -22,6 +23,7 @@ def _tasks() -> dict[str, tuple[type, type]]:
         "so101_reach": (ReachTask, ReachConfig),
         "so101_lift": (LiftTask, LiftConfig),
         "so101_push": (PushTask, PushConfig),
+        "so101_pick": (PickTask, PickConfig),
         "humanoid_walk": (HumanoidWalkTask, HumanoidWalkConfig),
     }
 

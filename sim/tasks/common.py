@@ -81,10 +81,11 @@ def reset_arm(state: SimState, arm: so101.SO101Arm, home: HomeState, env_ids: to
     state.ctrl[env_ids] = ctrl
 
 
-def add_pad_contacts(spec: mujoco.MjSpec, geom: str) -> None:
-    """Contact sensors ``fixed_pad_contact``/``moving_pad_contact``: number of contacts of each pad with ``geom``."""
+def add_pad_contacts(spec: mujoco.MjSpec, geom: str, suffix: str = "") -> None:
+    """Contact sensors ``fixed_pad_contact<suffix>``/``moving_pad_contact<suffix>``: number of contacts of each pad
+    with ``geom`` (a suffix tells apart the sensors of several objects)."""
     for pad in ("fixed_pad", "moving_pad"):
-        spec.add_sensor(name=f"{pad}_contact", type=mujoco.mjtSensor.mjSENS_CONTACT, objtype=mujoco.mjtObj.mjOBJ_GEOM,
+        spec.add_sensor(name=f"{pad}_contact{suffix}", type=mujoco.mjtSensor.mjSENS_CONTACT, objtype=mujoco.mjtObj.mjOBJ_GEOM,
                         objname=pad, reftype=mujoco.mjtObj.mjOBJ_GEOM, refname=geom, intprm=[1, 0, 1])
 
 
@@ -101,3 +102,59 @@ def place_cube(state: SimState, env_ids: torch.Tensor, gen: torch.Generator, qad
     state.qpos[env_ids, qadr:qadr + 7] = q
     state.qvel[env_ids, dadr:dadr + 6] = 0.0
     return xy.float()
+
+
+def add_cube(spec: mujoco.MjSpec, name: str, rgba: Sequence[float], pos: Sequence[float], half: float = 0.0125,
+             mass: float = 0.03) -> None:
+    """A free cube (body, free joint and box geom all called ``name``) like the scene's own: side ``2 * half`` m,
+    ``mass`` kg, the scene cube's friction, resting at ``pos`` (m, world frame)."""
+    body = spec.worldbody.add_body(name=name, pos=list(pos))
+    body.add_freejoint(name=name)
+    body.add_geom(name=name, type=mujoco.mjtGeom.mjGEOM_BOX, size=[half] * 3, mass=mass, friction=[1.5, 0.01, 0.001],
+                  condim=4, rgba=list(rgba))
+
+
+def sample_apart(num: int, count: int, gen: torch.Generator, low: torch.Tensor, high: torch.Tensor,
+                 min_distance: float, max_rounds: int = 100) -> torch.Tensor:
+    """float64 [num, count, 2]: ``count`` points per row, uniform in the box [low, high] (m), every pair at least
+    ``min_distance`` apart. Rejection sampling of whole rows, 16 candidates per row and round, drawn from ``gen``
+    alone (a seed reproduces them).
+
+    Raises:
+        ValueError: when no row was found in ``max_rounds`` rounds (the box is too small for that many points).
+    """
+    low, high = low.double().cpu(), high.double().cpu()
+    out = torch.zeros(num, count, 2, dtype=torch.float64)
+    todo = torch.arange(num)
+    pairs = torch.triu_indices(count, count, offset=1)
+    for _ in range(max_rounds):
+        if todo.numel() == 0:
+            return out
+        cand = low + torch.rand(len(todo), 16, count, 2, generator=gen, dtype=torch.float64) * (high - low)
+        gaps = torch.linalg.norm(cand[:, :, pairs[0]] - cand[:, :, pairs[1]], dim=-1)  # [K, 16, pairs]
+        ok = (gaps >= min_distance).all(dim=-1)  # [K, 16]
+        found = ok.any(dim=1)
+        first = ok.float().argmax(dim=1)  # the first valid candidate of each row
+        rows = found.nonzero().flatten()
+        out[todo[rows]] = cand[rows, first[rows]]
+        todo = todo[~found]
+    raise ValueError(f"could not place {count} objects {min_distance} m apart in the box {low.tolist()} to "
+                     f"{high.tolist()} after {max_rounds} rounds: widen the box or lower the distance")
+
+
+def place_cubes(state: SimState, env_ids: torch.Tensor, gen: torch.Generator, qadrs: Sequence[int],
+                dadrs: Sequence[int], low: torch.Tensor, high: torch.Tensor, max_yaw: float, min_distance: float,
+                half: float = 0.0125) -> torch.Tensor:
+    """Put several cubes flat on the table at uniform xy in [low, high], pairwise at least ``min_distance`` m apart,
+    each with a yaw in [-max_yaw, max_yaw] rad; returns their xy, float32 [len(env_ids), cubes, 2]."""
+    n, k = len(env_ids), len(qadrs)
+    xy = sample_apart(n, k, gen, low, high, min_distance)
+    yaw = (torch.rand(n, k, generator=gen, dtype=torch.float64) * 2 - 1) * max_yaw
+    dev, dt = state.qpos.device, state.qpos.dtype
+    for j, (qadr, dadr) in enumerate(zip(qadrs, dadrs)):
+        q = torch.zeros(n, 7, dtype=torch.float64)
+        q[:, :2], q[:, 2] = xy[:, j], half
+        q[:, 3], q[:, 6] = torch.cos(yaw[:, j] / 2), torch.sin(yaw[:, j] / 2)  # quaternion w x y z about +z
+        state.qpos[env_ids, qadr:qadr + 7] = q.to(dev, dt)
+        state.qvel[env_ids, dadr:dadr + 6] = 0.0
+    return xy.float().to(dev)
