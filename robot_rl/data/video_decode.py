@@ -1,0 +1,185 @@
+"""Decode a LeRobotDataset v3 camera once, file by file, into a uint8 frame cache in RAM.
+
+A v3 video file holds several episodes back to back; episode e's frame i is the file's frame shown at
+``from_timestamp[e] + timestamp[i]`` seconds. Each file is decoded front to back exactly once (no seeking), each
+frame converted (and resized) only if some dataset row wants it, and written straight into the cache row, so
+the peak memory is the cache itself.
+
+Backends: PyAV (bundles its own FFmpeg, so it works on every machine kind; resizing happens in swscale, per
+frame, with area averaging) and torchcodec (needs the system's FFmpeg libraries; frames are decoded in batches
+and resized in torch with antialiasing). ``resolve_backend("auto")`` picks PyAV when it imports, else torchcodec.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+BACKENDS = ("auto", "pyav", "torchcodec")
+
+
+class DecodeError(Exception):
+    """A video or image could not be decoded; the loader turns it into a DatasetError naming episodes."""
+
+
+@dataclass
+class FileTargets:
+    """What one video file must supply: ``times[j]`` seconds into the file goes to cache row ``rows[j]``.
+
+    ``episodes[j]`` is the episode of row ``rows[j]`` (for error messages). Sorted by time.
+    """
+
+    path: Path
+    times: np.ndarray  # float64 [M], seconds from the file's start
+    rows: np.ndarray  # int64 [M], rows of the cache
+    episodes: np.ndarray  # int64 [M]
+
+
+def _loads(module: str) -> str | None:
+    """None when ``module`` imports, else why not (one line)."""
+    try:
+        importlib.import_module(module)
+        return None
+    except (ImportError, OSError, RuntimeError) as e:
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+
+
+def resolve_backend(name: str) -> str:
+    """The decoder to use: ``"pyav"`` or ``"torchcodec"``.
+
+    "auto" prefers PyAV: every file is decoded once, front to back, which is what PyAV does natively, and its
+    bundled FFmpeg makes it work (and decode the same pixels) on every machine kind; torchcodec's strength,
+    fast accurate random seeks, is not used here. Raises DecodeError when the named backend cannot load.
+    """
+    if name not in BACKENDS:
+        raise DecodeError(f"video_backend must be one of {BACKENDS}, got {name!r}")
+    candidates = ("pyav", "torchcodec") if name == "auto" else (name,)
+    why = {}
+    for backend in candidates:
+        problem = _loads("av" if backend == "pyav" else "torchcodec.decoders")
+        if problem is None:
+            return backend
+        why[backend] = problem
+    raise DecodeError("no video decoder loads here: " + "; ".join(f"{b}: {w}" for b, w in why.items())
+                      + (" (torchcodec needs the system FFmpeg libraries, e.g. apt-get install ffmpeg)"
+                         if "torchcodec" in why else ""))
+
+
+def decode_file(backend: str, targets: FileTargets, cache: torch.Tensor, tolerance_s: float,
+                on_progress: Callable[[int], None] = lambda n: None) -> None:
+    """Fill ``cache[targets.rows]`` (uint8 [N, 3, H, W]) from one video file.
+
+    A target is served by the decoded frame whose timestamp lies within ``tolerance_s`` of it. Raises
+    DecodeError naming the file and the first episode left without a frame (a truncated or short file) or
+    the FFmpeg error. ``on_progress(n)`` is told each time n more rows are filled (progress bars).
+    """
+    if not targets.path.is_file():
+        raise DecodeError(f"video file {targets.path} is missing")
+    filled = np.zeros(len(targets.rows), dtype=bool)
+    try:
+        frames = _pyav_frames if backend == "pyav" else _torchcodec_frames
+        _assign(frames(targets.path, cache.shape[2], cache.shape[3]), targets, cache, filled, tolerance_s,
+                on_progress)
+    except (OSError, ValueError, RuntimeError, EOFError, *_ffmpeg_errors(backend)) as e:
+        j = int(np.flatnonzero(~filled)[0]) if not filled.all() else len(filled) - 1
+        raise DecodeError(f"video file {targets.path} cannot be decoded at {targets.times[j]:.3f} s (episode "
+                          f"{int(targets.episodes[j])}): {type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
+    if not filled.all():
+        j = int(np.flatnonzero(~filled)[0])
+        raise DecodeError(f"video file {targets.path} has no frame at {targets.times[j]:.3f} s (episode "
+                          f"{int(targets.episodes[j])}; {int((~filled).sum())} frames missing: is the file truncated?)")
+
+
+def _ffmpeg_errors(backend: str) -> tuple[type[Exception], ...]:
+    """PyAV's FFmpeg errors (some derive from Exception only); torchcodec raises RuntimeError/ValueError."""
+    if backend == "pyav":
+        import av
+
+        return (av.error.FFmpegError,)
+    return ()
+
+
+def _assign(frames, targets: FileTargets, cache: torch.Tensor, filled: np.ndarray, tol: float,
+            on_progress: Callable[[int], None]) -> None:
+    """Walk decoded (time, frame-maker) pairs in time order and the sorted targets alongside them."""
+    times, p, m = targets.times, 0, len(targets.times)
+    for t, make in frames:
+        while p < m and times[p] < t - tol:  # passed without a frame close enough: stays unfilled
+            p += 1
+        if p >= m:
+            break  # the rest of the file serves nobody
+        q = p
+        while q < m and abs(times[q] - t) <= tol:
+            q += 1
+        if q > p:
+            if q == p + 1:
+                cache[int(targets.rows[p])] = make()
+            else:  # several rows show the same frame
+                cache[torch.from_numpy(targets.rows[p:q])] = make()
+            filled[p:q] = True
+            on_progress(q - p)
+            p = q
+
+
+def _pyav_frames(path: Path, height: int, width: int):
+    """(seconds, maker of uint8 [3, H, W]) for each frame of the file, in presentation order."""
+    import av
+    from av.video.reformatter import VideoReformatter
+
+    reformatter = VideoReformatter()  # keeps its swscale context between frames (to_ndarray makes one per call)
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        if stream.codec_context.width * stream.codec_context.height <= 320 * 240:
+            stream.codec_context.thread_count = 1  # small frames: threads cost more than they save (~2x here)
+        else:
+            stream.thread_type = "AUTO"
+        base = stream.time_base
+        for frame in container.decode(stream):
+            if frame.pts is None:
+                continue
+
+            def make(frame=frame) -> torch.Tensor:
+                rgb = reformatter.reformat(frame, width=width, height=height, format="rgb24", interpolation="AREA")
+                return torch.from_numpy(rgb.to_ndarray()).permute(2, 0, 1)
+
+            yield float(frame.pts * base), make
+
+
+def _torchcodec_frames(path: Path, height: int, width: int, batch: int = 256):
+    """As ``_pyav_frames``, decoding ``batch`` frames at a time and resizing them in torch."""
+    from torchcodec.decoders import VideoDecoder
+
+    decoder = VideoDecoder(str(path), dimension_order="NCHW")
+    n = decoder.metadata.num_frames
+    for start in range(0, n, batch):
+        got = decoder.get_frames_in_range(start, min(start + batch, n))
+        data = resize_uint8(got.data, height, width)
+        for k, t in enumerate(got.pts_seconds.tolist()):
+            yield float(t), (lambda k=k, data=data: data[k])
+
+
+def resize_uint8(images: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """uint8 [M, C, h, w] -> uint8 [M, C, height, width] (bilinear, antialiased when shrinking)."""
+    if images.shape[-2:] == (height, width):
+        return images
+    out = F.interpolate(images.float(), size=(height, width), mode="bilinear", antialias=True, align_corners=False)
+    return out.round_().clamp_(0, 255).to(torch.uint8)
+
+
+def decode_image_bytes(data: bytes, height: int, width: int) -> torch.Tensor:
+    """One PNG/JPEG image as stored in a v3 parquet ``image`` column -> uint8 [3, height, width]."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        im = im.convert("RGB")
+        if im.size != (width, height):
+            im = im.resize((width, height), Image.Resampling.BILINEAR)
+        return torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1)
