@@ -183,6 +183,31 @@ def test_episodes_spread_over_several_files(tmp_path, dataset):
         assert split[k] == v if k == keys.TASK else torch.equal(split[k], v), k
 
 
+def test_loads_what_our_recorder_writes(tmp_path):
+    """Our EpisodeRecorder (a file per episode, images declared [3, h, w], H.264 4:4:4) reads back exactly."""
+    from robot_rl.data.recorder import DatasetSpec, EpisodeRecorder, RecorderConfig
+
+    rec = EpisodeRecorder(RecorderConfig(root=str(tmp_path / "rec")), DatasetSpec(30, tuple(JOINTS), {"front": (32, 32)}),
+                          num_envs=2)
+    images = torch.stack([torch.from_numpy(image_value(n, t)).permute(2, 0, 1) for t in range(12) for n in range(2)])
+    images = images.view(12, 2, 3, SIZE, SIZE)
+    for t in range(12):  # env 0: episodes of 6 and 6 steps; env 1: one of 12
+        state = torch.stack([torch.from_numpy(state_value(n, t)) for n in range(2)])
+        done = torch.tensor([t in (5, 11), t == 11])
+        rec.add({keys.OBS_STATE: state, keys.lerobot_image_key("front"): images[t], keys.TASK: ["a", "b"]},
+                state + 0.5, reward=torch.zeros(2), success=done, done=done)
+    rec.close()
+    s = sampler(tmp_path / "rec", augment=False, horizon=8, extra_columns=[keys.SUCCESS_COL])
+    b = all_frames(s)
+    env_t = [(0, t) for t in range(6)] + [(0, t) for t in range(6, 12)] + [(1, t) for t in range(12)]
+    want = torch.stack([torch.from_numpy(state_value(n, t)) for n, t in env_t])
+    assert s.num_episodes == 3 and torch.equal(b[keys.OBS_STATE], want)
+    assert torch.equal(b[keys.ACTION_COL][:, 0], want + 0.5) and b[keys.SUCCESS_COL].sum() == 3
+    written = torch.stack([images[t, n] for n, t in env_t]).float() / 255
+    err = (b[keys.lerobot_image_key("front")][:, None] - written[None]).abs().mean(dim=(2, 3, 4))
+    assert err.diagonal().max() < 2 / 255 and (err + 9 * torch.eye(24)).min() > 0.15  # its own frame, no other
+
+
 def test_image_features_stored_as_png_decode_exactly(tmp_path):
     root = make_dataset(tmp_path / "png", lengths=[5, 4], use_videos=False)
     s = sampler(root, augment=False, batch_size=4)
