@@ -195,6 +195,7 @@ class LiftExpert(ScriptedExpert):
     """Above the cube -> down around it -> close -> lift, top-down with the jaws across two faces."""
 
     parts = ("cube_pos", "cube_quat", "pad_contacts")
+    descent_speed: float | None = None  # m per control step along the straight line down; None: IK straight to it
 
     def _cube(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The cube to lift in env ``i``: position [3] (m), quaternion [4] (w x y z), pad contacts [2] (1/0)."""
@@ -226,6 +227,9 @@ class LiftExpert(ScriptedExpert):
             self.memo.setdefault("close_at", np.zeros((self.num_envs, 3)))[i] = goal
             if np.linalg.norm(site - goal) < 0.006 or self.timer[i] > 40:
                 self._advance(i)
+            if self.descent_speed is not None:  # a straight line down: the jaws swing into no neighbour
+                step = goal - site
+                goal = site + step * min(1.0, self.descent_speed / max(float(np.linalg.norm(step)), 1e-9))
         elif self.phase[i] == 3:  # close where the descent ended: following a cube that one jaw nudges chases it away
             goal, grip = self.memo["close_at"][i], GRIPPER_CLOSED
             if self.timer[i] > 12:
@@ -244,6 +248,7 @@ class PickExpert(LiftExpert):
     first goes above another cube, then turns to the named one."""
 
     parts = ("target_onehot", "pad_contacts", *(f"{cube_name(c)}_{p}" for c in COLOURS for p in ("pos", "quat")))
+    descent_speed = 0.015
 
     def __init__(self, task: Task, num_envs: int, obs_spec: ObsSpec, **kwargs: Any) -> None:
         self.cube_idx = np.zeros(num_envs, dtype=int)  # the cube of the current attempt, index into COLOURS
