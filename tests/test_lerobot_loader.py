@@ -187,8 +187,8 @@ def test_loads_what_our_recorder_writes(tmp_path):
     """Our EpisodeRecorder (a file per episode, images declared [3, h, w], H.264 4:4:4) reads back exactly."""
     from robot_rl.data.recorder import DatasetSpec, EpisodeRecorder, RecorderConfig
 
-    rec = EpisodeRecorder(RecorderConfig(root=str(tmp_path / "rec")), DatasetSpec(30, tuple(JOINTS), {"front": (32, 32)}),
-                          num_envs=2)
+    spec = DatasetSpec(30, tuple(JOINTS), {"front": (SIZE, SIZE)})
+    rec = EpisodeRecorder(RecorderConfig(root=str(tmp_path / "rec")), spec, num_envs=2)
     images = torch.stack([torch.from_numpy(image_value(n, t)).permute(2, 0, 1) for t in range(12) for n in range(2)])
     images = images.view(12, 2, 3, SIZE, SIZE)
     for t in range(12):  # env 0: episodes of 6 and 6 steps; env 1: one of 12
