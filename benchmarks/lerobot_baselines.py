@@ -91,7 +91,7 @@ _INFO = re.compile(r"(num_learnable_params|num_total_params|dataset\.num_frames|
 _TOKEN = re.compile(r"([\w/]+):(\S+)")
 
 
-def _parse_step_line(line: str) -> dict[str, float] | None:
+def parse_step_line(line: str) -> dict[str, float] | None:
     """LeRobot's per-step log (``step:12 smpl:96 ... loss:0.123 ... updt_s:0.9 data_s:0.1 l1_loss:...``) as
     numbers; None for any other line. ``step``/``smpl``/``ep`` are abbreviated there (``1K``) and left out."""
     at = line.find("step:")
@@ -154,7 +154,7 @@ def _run_lerobot_train(settings: dict[str, Any], log_path: Path, deadline_s: flo
             for line in proc.stdout:  # type: ignore[union-attr]
                 now = time.perf_counter() - t0
                 log.write(line)
-                step = _parse_step_line(line)
+                step = parse_step_line(line)
                 if step is not None:
                     run.curve.append({"step": len(run.curve) + 1, "wall_s": round(now, 3), **step})
                 run.info.update({k: int(v) for k, v in _INFO.findall(line)})
@@ -166,6 +166,7 @@ def _run_lerobot_train(settings: dict[str, Any], log_path: Path, deadline_s: flo
         if proc.returncode is None:  # interrupted here: do not leave the trainer running
             stop(signal.SIGKILL)
             proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
         os.close(pidfd)
     run.returncode, run.wall_s = proc.returncode, time.perf_counter() - t0
     run.stopped_at_budget, run.peak_rss_mb = stopped.is_set(), usage.ru_maxrss / 1024
@@ -262,9 +263,10 @@ def train_lerobot_policy(kind: str, dataset_root: str | Path, repo_id: str, out_
         cal_dir = out_dir / "calibration"
         shutil.rmtree(cal_dir, ignore_errors=True)
         cal = _run_lerobot_train({**settings, "steps": calibration_steps, "save_freq": 0,
-                                  "output_dir": str(cal_dir / "run")}, cal_dir / "train.log", None)
+                                  "output_dir": str(cal_dir / "run")}, cal_dir / "train.log", wall_clock_s)
         if cal.returncode != 0 or len(cal.curve) != calibration_steps:
-            raise RuntimeError(f"lerobot-train calibration failed (exit {cal.returncode}); "
+            why = f"took over the {wall_clock_s:.0f} s budget" if cal.stopped_at_budget else f"exit {cal.returncode}"
+            raise RuntimeError(f"lerobot-train calibration failed ({why}); "
                                f"{cal_dir / 'train.log'} ends:\n{_log_tail(cal_dir / 'train.log')}")
         step_s = cal.median_step_s()
         startup_s = max(0.0, cal.first_step_s() - step_s)  # the first step's warm-up counts as start-up
@@ -294,12 +296,12 @@ def train_lerobot_policy(kind: str, dataset_root: str | Path, repo_id: str, out_
     for old in (run_dir / "checkpoints").glob("[0-9]*"):  # ~0.6 GB each for ACT: keep the final one only
         if old != final.parent:
             shutil.rmtree(old)
-    steps_in_model = json.loads((final.parent / "training_state" / "training_step.json").read_text())["step"]
+    steps_in_model = int(final.parent.name)  # LeRobot names checkpoint folders by step
     record.update({
         "steps_planned": steps, "checkpoints": checkpoints, "save_freq": save_freq, "steps_logged": len(main.curve),
         "steps_in_model": steps_in_model, "stopped_at_budget": main.stopped_at_budget,
         "wall_s": round(main.wall_s, 2), "peak_rss_mb": round(main.peak_rss_mb, 1),
-        "startup_s": round(main.first_step_s(), 2) if main.curve else None,
+        "first_step_at_s": round(main.first_step_s(), 2) if main.curve else None,  # start-up + first step
         "step_s_median": round(main.median_step_s(), 4) if main.curve else None,
         "pretrained_model": str(final), **main.info, "curve": main.curve,
         "versions": {m: importlib.metadata.version(m) for m in ("lerobot", "torch", "accelerate")}})
@@ -512,21 +514,6 @@ def load_lerobot_adapter(path: str | Path, device: str | torch.device = "cpu") -
     return (LeRobotHistoryAdapter if stacked else LeRobotPolicyAdapter)(path, device)
 
 
-def _measure_cli() -> None:  # pragma: no cover - a manual measurement, not part of the benchmark
-    """``python -m benchmarks.lerobot_baselines DATASET_ROOT REPO_ID OUT_DIR BUDGET_S [KIND] [BATCH]``: one
-    budgeted run, its record printed without the curve."""
-    root, repo_id, out, budget = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-    kind = sys.argv[5] if len(sys.argv) > 5 else "act"
-    batch = int(sys.argv[6]) if len(sys.argv) > 6 else 8
-    train_lerobot_policy(kind, root, repo_id, out, budget, batch_size=batch)
-    rec = json.loads((Path(out) / TRAIN_RECORD).read_text())
-    rec["curve"] = rec["curve"][:2] + rec["curve"][-2:]
-    print(json.dumps(rec, indent=1))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    _measure_cli()
-
 __all__ = ["ACT_SETTINGS", "DIFFUSION_SETTINGS", "KINDS", "TRAIN_RECORD", "LeRobotHistoryAdapter",
-           "LeRobotPolicyAdapter", "diffusion_available", "load_lerobot_adapter", "push_history",
+           "LeRobotPolicyAdapter", "diffusion_available", "load_lerobot_adapter", "parse_step_line", "push_history",
            "train_lerobot_policy"]

@@ -19,6 +19,7 @@ from benchmarks.lerobot_baselines import (
     LeRobotPolicyAdapter,
     diffusion_available,
     load_lerobot_adapter,
+    parse_step_line,
     push_history,
     train_lerobot_policy,
 )
@@ -154,6 +155,14 @@ def test_push_history_by_hand():
     images = torch.zeros(1, 3, 2, 2, 2)
     out = push_history(images, torch.ones(1, 2, 2, 2), torch.tensor([False]))
     assert out[0, :2].sum() == 0 and out[0, 2].sum() == 8
+
+
+def test_parse_lerobot_step_log():
+    line = ("INFO 2026-12-01 00:28:53 ot_train.py:641 step:1K smpl:8K ep:2 epch:0.13 loss:72.081 grdn:1228.126 "
+            "lr:1.0e-05 updt_s:1.459 data_s:0.109 smp/s:5 l1_loss:0.860 kld_loss:7.122\n")
+    assert parse_step_line(line) == {"epch": 0.13, "loss": 72.081, "grdn": 1228.126, "lr": 1e-5, "updt_s": 1.459,
+                                     "data_s": 0.109, "smp/s": 5.0, "l1_loss": 0.86, "kld_loss": 7.122}
+    assert parse_step_line("INFO ... ot_train.py:687 Checkpoint policy after step 6") is None
 
 
 def test_adapter_names_what_is_missing_or_malformed(trained):
