@@ -31,6 +31,14 @@ def _stepper(env: VecEnv, policy: Policy | ActFn) -> ActFn:
     return policy
 
 
+def _ask_images_for_due(env: VecEnv, act: ActFn) -> None:
+    """Where the env renders on request (``sim.lerobot_view.LeRobotView.render_ids``), ask the next step for the
+    images of the envs whose policy will read them (a chunking policy reads them once per chunk); envs that reset in
+    that step are rendered by the env itself."""
+    if isinstance(act, ActionQueue) and hasattr(env, "render_ids"):
+        env.render_ids = act.due().cpu()
+
+
 def _episodes_ended(act: ActFn, done: torch.Tensor) -> None:
     """Clear the queued chunk and per-env policy state of envs that start a new episode."""
     if isinstance(act, ActionQueue) and bool(done.any()):
@@ -70,7 +78,9 @@ def evaluate(env: VecEnv, policy: Policy | ActFn, num_episodes: int, seed: int) 
     for _ in range(max_steps):
         if bool((taken >= quota).all()):
             break
-        obs, _, terminated, truncated, info = env.step(act(obs).to(env.device))
+        action = act(obs).to(env.device)
+        _ask_images_for_due(env, act)
+        obs, _, terminated, truncated, info = env.step(action)
         done = episode_mask(terminated, truncated).cpu()
         _episodes_ended(act, done)
         if not bool(done.any()):

@@ -192,6 +192,8 @@ def plot_learning_curve(points: list[dict[str, float]], path: str | Path, title:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if not any("env_steps" in p for p in points):  # an offline run: its losses against updates and wall-clock
+        return _plot_offline_curve(points, path, title, plt)
     fig, axes = plt.subplots(2, 2, figsize=(10, 6), sharey="row")
     steps = [p["env_steps"] for p in points]
     minutes = [p["wall_s"] / 60 for p in points]
@@ -203,6 +205,34 @@ def plot_learning_curve(points: list[dict[str, float]], path: str | Path, title:
             ax.set_xlabel(xlabel)
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=100)
+    except OSError as e:
+        log.warning("no learning-curve plot: could not write %s (%s)", path, e.strerror or e)
+        Path(path).unlink(missing_ok=True)
+        return None
+    finally:
+        plt.close(fig)
+    return Path(path)
+
+
+def _plot_offline_curve(points: list[dict[str, float]], path: str | Path, title: str, plt: Any) -> Path | None:
+    """The loss terms of an offline run against gradient updates (left) and wall-clock minutes (right)."""
+    names = sorted({k for p in points for k in p if k.startswith("loss")})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey="row")
+    for name in names:
+        ys = [p.get(name, np.nan) for p in points]
+        axes[0].plot([p["updates"] for p in points], ys, label=name)
+        axes[1].plot([p["wall_s"] / 60 for p in points], ys, label=name)
+    for ax, xlabel in zip(axes, ("gradient updates", "wall-clock (min)"), strict=True):
+        ax.set_xlabel(xlabel)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("training loss")
+    axes[0].legend()
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -119,8 +119,9 @@ class BC(OfflineAlgorithm):
             self.optimizer.zero_grad(set_to_none=True)
             return {"nonfinite_skips": float(self.guard.skipped)}
         self.optimizer.step()
-        out = {k if k.startswith("loss") else f"loss/{k}": float(v) for k, v in metrics.items()}
-        out.setdefault("loss/total", loss.item())
+        out = {k if k.startswith("loss") else f"train/{k}": float(v) for k, v in metrics.items()}
+        if not any(k.startswith("loss") for k in out):
+            out["loss"] = loss.item()
         return {**out, "grad_norm": grad_norm.item(), "lr": lr}
 
     def state_dict(self) -> dict[str, Any]:

@@ -163,6 +163,26 @@ def build_env(task_raw: dict[str, Any], sim_raw: dict[str, Any]) -> VecEnv:
     return make_env(name, sim_config_from_dict(sim_raw), config_from_dict(name, task_raw))
 
 
+def reads_lerobot_frames(policy: Any) -> bool:
+    """True for a policy that reads LeRobot's frames (observation.state in degrees, observation.images.<cam>,
+    task text) rather than the simulator's observation groups: the flow VLA, LeRobot's own policies."""
+    feats = getattr(getattr(policy, "processor", None), "features", None)
+    return feats is not None and keys.OBS_STATE in feats.inputs
+
+
+def policy_view(env: VecEnv, policy: Any) -> VecEnv:
+    """``env`` as ``policy`` sees it: an SO-101 task env in LeRobot's frames (``sim.lerobot_view.LeRobotView``,
+    rendering the policy's cameras at its image size) for a policy that reads them, else ``env`` itself."""
+    if not reads_lerobot_frames(policy):
+        return env
+    from sim.lerobot_view import LeRobotView
+
+    inputs = policy.processor.features.inputs
+    cams = [k[len(keys.OBS_IMAGES):] for k in inputs if k.startswith(keys.OBS_IMAGES)]
+    size = tuple(inputs[keys.lerobot_image_key(cams[0])][-2:]) if cams else (64, 64)
+    return LeRobotView(env, cameras=cams, image_size=size)
+
+
 # ---------------------------------------------------------------------------------------------------- run
 @dataclass
 class Training:

@@ -67,6 +67,10 @@ class EvalCommand(EvalSettings):
     out_dir: str | None = None  # default: <run folder>/eval_<checkpoint name>
     device: str = "cpu"  # cpu | cuda | cuda:<i> | auto
     num_threads: int = 2  # simulator threads
+    # task=<name> (configs/task/, task.<field>=... overrides it): the task to evaluate a policy trained offline on
+    task: Any = None
+    # sim.randomization overrides for the evaluation, e.g. randomization.light_scale=[0.5,1.2] (visual DR)
+    randomization: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def typed(cls: type, values: dict[str, Any], where: str) -> Any:
