@@ -148,6 +148,10 @@ def test_history_repeats_the_first_frame_at_episode_starts(dataset):
         assert np.array_equal(b[keys.OBS_STATE][r].numpy(), want)
         for k, i in enumerate(frames):  # each history image is that frame's own image
             assert torch.equal(front[r, k], front[start + i, 2])
+    # With augmentation a sample's history frames share one shift: at an episode start, three equal images.
+    img = sampler(dataset, history=3, augment=True).batch(torch.tensor([start]))[keys.lerobot_image_key("front")]
+    assert torch.equal(img[0, 0], img[0, 1]) and torch.equal(img[0, 0], img[0, 2])
+    assert not torch.equal(img[0, 0], front[start, 2])  # (shifted: the seed's first shift is not (0, 0))
 
 
 def test_images_decode_to_the_written_frames(dataset):
@@ -349,6 +353,9 @@ def test_require_names_missing_features_and_shape_mismatches(dataset):
     assert "'observation.state' has shape [6], the policy needs [7]" in msg
     assert "no camera 'observation.images.top'" in msg and "no column 'advantage'" in msg
     assert "action" not in msg.replace("observation", "") and "\n" not in msg
+    del meta.features[keys.ACTION_COL]  # in memory only
+    with pytest.raises(DatasetError, match="no 'action' feature \\(the policy needs 6 values\\)"):
+        meta.require(state=6, action=6)
     with pytest.raises(DatasetError, match="no column 'advantage'"):
         sampler(dataset, extra_columns=["advantage"])
     with pytest.raises(DatasetError, match="no camera 'observation.images.top'"):
