@@ -1,0 +1,189 @@
+"""``robot-rl offline``: train a policy on a LeRobotDataset v3 on disk, with no simulator.
+
+    robot-rl offline algo=bc dataset.root=DIR [steps=N] [max_minutes=M] [run_dir=DIR] [resume=RUN]
+
+The dataset may be ours (``robot-rl collect``) or any LeRobotDataset v3 with SO-101-style features (recorded by
+LeRobot's own tools). The policy is the flow-matching VLA (``policies.flow_vla``), sized from the dataset: its
+cameras, state and action sizes, normalisation statistics and task vocabulary; its own settings are
+``algo.policy.*``. Progress bar, TensorBoard, a learning curve, checkpoints that resume exactly (the data's
+fingerprint is checked), and the exported policy in every checkpoint (``<run>/checkpoints/<it>/policy``), which
+``robot-rl eval checkpoint=<run> task=<task>`` evaluates in simulation.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robot_rl.cli.config import CheckpointSettings, resolve_device, typed
+from robot_rl.logging import LoggerConfig
+
+
+@dataclass
+class OfflineSettings:
+    """Top-level keys of configs/offline.yaml."""
+
+    seed: int = 0
+    device: str = "cpu"  # cpu | cuda | cuda:<i> | auto
+    run_dir: str | None = None  # default: runs/offline_<algo>_<YYYYmmdd_HHMMSS>; on resume: the checkpoint's run
+    resume: str | None = None  # a run or checkpoint folder to continue from, exactly
+    steps: int | None = 20_000  # gradient steps (None: only max_minutes)
+    max_minutes: float | None = None  # wall-clock limit of the training (summed over resumes)
+    updates_per_iteration: int = 100  # gradient steps between log points
+    checkpoint_every: int = 10  # iterations between checkpoints (the last one is always saved)
+    torch_threads: int = 2  # torch intra-op threads
+
+    def __post_init__(self) -> None:
+        if self.steps is None and self.max_minutes is None:
+            raise ValueError("set steps or max_minutes: the run needs a stopping rule")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.torch_threads < 1:
+            raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
+
+
+def offline_schema() -> dict[str, Any]:
+    """configs/offline.yaml's schema: the settings, the dataset, checkpoint and logger sections, and ``algo=``."""
+    from robot_rl.cli.schemas import defaults_of
+
+    return {**defaults_of(OfflineSettings), "dataset": dataset_schema(), "checkpoint": defaults_of(CheckpointSettings),
+            "logger": defaults_of(LoggerConfig), "algo": None}
+
+
+def dataset_schema() -> dict[str, Any]:
+    """The ``dataset`` section's keys and defaults (``ChunkDatasetConfig``)."""
+    from robot_rl.cli.schemas import defaults_of
+    from robot_rl.data.lerobot_loader import ChunkDatasetConfig
+
+    # horizon and history are the policy's (algo.policy.horizon); augmentation is the policy's own random shift
+    # (algo.policy.random_shift), so the loader's is off by default here
+    return {"root": None, **defaults_of(ChunkDatasetConfig, ("root", "horizon", "history")), "augment": False}
+
+
+def offline_algo_schemas() -> dict[str, dict[str, Any]]:
+    """configs/algo/<name>.yaml of the offline learners: the learner's keys and the policy's (sizes that the
+    dataset decides left out)."""
+    from policies.flow_vla import FlowVLAConfig
+    from robot_rl.algos.bc import BCConfig
+    from robot_rl.cli.schemas import defaults_of
+
+    return {"bc": {"name": "bc", **defaults_of(BCConfig, ("total_updates",)),
+                   "policy": defaults_of(FlowVLAConfig, DATA_SIZED)}}
+
+
+DATA_SIZED = ("cameras", "image_size", "state_dim", "action_dim")  # FlowVLAConfig fields the dataset decides
+
+
+@dataclass
+class OfflineTraining:
+    """A built ``robot-rl offline`` run."""
+
+    config: dict[str, Any]
+    settings: OfflineSettings
+    sampler: Any
+    algo: Any
+    runner: Any
+    logger: Any
+    run_dir: Path
+
+
+def build_policy(policy_raw: dict[str, Any], sampler: Any) -> Any:
+    """The flow VLA sized from the dataset: its cameras, image size, state and action sizes, joint names,
+    normalisation statistics and task vocabulary."""
+    from policies import keys
+    from policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
+
+    feats = sampler.features
+    if not sampler.image_keys:
+        raise ValueError(f"dataset {sampler.cfg.root}: no camera features ({keys.OBS_IMAGES}<camera>); the flow "
+                         f"VLA needs at least one (features: {sorted(feats)})")
+    img = feats[sampler.image_keys[0]][0]
+    sized = {"cameras": [k[len(keys.OBS_IMAGES):] for k in sampler.image_keys],
+             "image_size": [int(img[-2]), int(img[-1])], "state_dim": int(feats[keys.OBS_STATE][0][-1]),
+             "action_dim": int(feats[keys.ACTION_COL][0][-1])}
+    cfg = typed(FlowVLAConfig, {**policy_raw, **sized}, "algo.policy")
+    return FlowVLAPolicy.from_stats(sampler.stats, sampler.tasks, cfg, state_names=sampler.names[keys.OBS_STATE],
+                                    action_names=sampler.names[keys.ACTION_COL])
+
+
+def build_offline(cfg: Any) -> OfflineTraining:
+    """Build (and, with ``resume=``, restore) a ``robot-rl offline`` run from its composed config."""
+    from omegaconf import OmegaConf
+
+    from policies.flow_vla import FlowVLAConfig
+    from robot_rl.algos.bc import BC, BCConfig
+    from robot_rl.checkpoint import (CHECKPOINTS_DIR, CheckpointManager, check_resume_compatible, load_checkpoint,
+                                     remove_partial_writes)
+    from robot_rl.cli.build import seed_everything
+    from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler
+    from robot_rl.logging import RunLogger
+    from robot_rl.runners.offline import OfflineRunner, OfflineRunnerConfig
+
+    full = OmegaConf.to_container(cfg, resolve=True)
+    raw = json.loads(json.dumps(full))
+    data_raw, algo_raw = raw.pop("dataset"), dict(raw.pop("algo"))
+    ckpt_s = typed(CheckpointSettings, raw.pop("checkpoint"), "checkpoint")
+    log_s = typed(LoggerConfig, raw.pop("logger"), "logger")
+    s = typed(OfflineSettings, raw, "")
+    algo_name = algo_raw.pop("name")
+    if algo_name != "bc":
+        raise ValueError(f"bad config: algo={algo_name!r} for robot-rl offline; allowed: ['bc']")
+    if not data_raw.get("root"):
+        raise ValueError("bad config: dataset.root is required (a LeRobotDataset v3 folder)")
+    device = resolve_device(s.device)
+    seed_everything(s.seed)
+    torch.set_num_threads(s.torch_threads)
+    ckpt = load_checkpoint(s.resume) if s.resume else None
+    policy_raw = algo_raw.pop("policy", {})
+    horizon = int(policy_raw.get("horizon", FlowVLAConfig.horizon))  # the chunks the policy learns to predict
+    sampler = ChunkSampler(typed(ChunkDatasetConfig, {**data_raw, "horizon": horizon, "history": 1}, "dataset"))
+    policy = build_policy(policy_raw, sampler)
+    bc_cfg = typed(BCConfig, {**algo_raw, "total_updates": s.steps}, "algo")
+    algo = BC(policy, bc_cfg, device)
+    if ckpt is not None:
+        run_dir = Path(s.run_dir) if s.run_dir else ckpt.path.parent.parent
+    else:
+        stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
+        run_dir = Path(s.run_dir or f"runs/offline_{algo_name}_{stamp}")
+    meta = {"algo": algo_name, "policy_type": policy.type_name, "dataset_root": str(data_raw["root"]),
+            "config": full}
+    remove_partial_writes(run_dir / CHECKPOINTS_DIR)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    runner_cfg = OfflineRunnerConfig(total_updates=s.steps, max_minutes=s.max_minutes,
+                                     updates_per_iteration=s.updates_per_iteration,
+                                     checkpoint_every=s.checkpoint_every)
+    start = int(ckpt.meta.get("updates", 0)) if ckpt is not None else 0
+    logger = RunLogger(run_dir, log_s, s.steps, start, config=full)
+    runner = OfflineRunner(algo, sampler, runner_cfg, logger, CheckpointManager(run_dir / CHECKPOINTS_DIR,
+                                                                                ckpt_s.keep_last), meta)
+    if ckpt is not None:
+        check_resume_compatible(ckpt.meta, runner.meta)
+        runner.restore(ckpt)
+        logger.truncate_curve(runner.iteration)
+        print(f"resumed from {ckpt.path} at update {runner.updates}", file=sys.stderr)
+    return OfflineTraining(full, s, sampler, algo, runner, logger, run_dir)
+
+
+def offline(cfg: Any) -> Path:
+    """``robot-rl offline``: train, then say where the exported policy is."""
+    from robot_rl.checkpoint import POLICY_DIR
+
+    run = build_offline(cfg)
+    try:
+        run.runner.learn()
+    finally:
+        run.logger.close()
+    latest = run.runner.checkpoints.latest()
+    print(f"trained {run.runner.updates} gradient steps in {run.runner.elapsed_s:.1f} s on "
+          f"{run.sampler.num_frames} frames ({run.sampler.num_episodes} episodes); exported policy: "
+          f"{latest / POLICY_DIR if latest else None}; evaluate with: robot-rl eval checkpoint={run.run_dir} "
+          f"task=<task>", file=sys.stderr)
+    return run.run_dir
+

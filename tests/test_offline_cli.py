@@ -1,0 +1,63 @@
+"""``robot-rl offline`` end to end: a dataset written by LeRobot's own ``LeRobotDataset.create`` (SO-101 names, video
+cameras) trains the flow VLA, checkpoints resume exactly, the export loads without training code, and bad input
+exits 2 with one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from policies import keys, load_policy
+from robot_rl.checkpoint import POLICY_DIR, load_checkpoint
+from robot_rl.cli.main import main
+from tests.test_lerobot_loader import make_dataset
+
+TINY = ["algo.policy.conv_channels=[8,8]", "algo.policy.conv_strides=[2,2]", "algo.policy.image_feature_dim=16",
+        "algo.policy.hidden_dim=32", "algo.policy.num_blocks=1", "algo.policy.text_dim=8", "algo.policy.time_dim=8",
+        "algo.policy.horizon=4", "algo.policy.executed_steps=2", "algo.policy.num_steps=2", "dataset.batch_size=8",
+        "dataset.progress=false", "logger.progress=false", "logger.tensorboard=false", "updates_per_iteration=3"]
+
+
+@pytest.fixture(scope="module")
+def lerobot_dataset(tmp_path_factory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("lerobot") / "so101_demo")
+
+
+def _offline(root: Path, run_dir: Path, *extra: str) -> int:
+    return main(["offline", f"dataset.root={root}", f"run_dir={run_dir}", *TINY, *extra])
+
+
+def test_a_lerobot_dataset_trains_through_robot_rl_offline_and_the_export_acts(lerobot_dataset, tmp_path):
+    assert _offline(lerobot_dataset, tmp_path / "run", "steps=6") == 0
+    ckpt = load_checkpoint(tmp_path / "run")
+    assert ckpt.meta["updates"] == 6 and ckpt.meta["dataset"]  # the data's fingerprint, checked on resume
+    policy = load_policy(ckpt.path / POLICY_DIR)  # no training code needed
+    assert policy.type_name == "flow_vla" and policy.cfg.cameras == ["front", "wrist"]
+    frame = {keys.OBS_STATE: torch.zeros(3, 6), keys.TASK: ["pick up the cube"] * 3,
+             **{keys.lerobot_image_key(c): torch.zeros(3, 3, 32, 32, dtype=torch.uint8) for c in ("front", "wrist")}}
+    chunk = policy.act(frame)
+    assert chunk.shape == (3, 4, 6) and torch.isfinite(chunk).all()
+
+
+def test_resumed_offline_run_equals_an_uninterrupted_one(lerobot_dataset, tmp_path):
+    assert _offline(lerobot_dataset, tmp_path / "straight", "steps=6", "checkpoint_every=1") == 0
+    assert _offline(lerobot_dataset, tmp_path / "split", "steps=3", "checkpoint_every=1") == 0
+    assert _offline(lerobot_dataset, tmp_path / "split", "steps=6", "checkpoint_every=1",
+                    f"resume={tmp_path / 'split'}") == 0
+    a, b = load_checkpoint(tmp_path / "straight"), load_checkpoint(tmp_path / "split")
+    assert a.meta["updates"] == b.meta["updates"] == 6
+    wa, wb = a.state["algo"]["policy"], b.state["algo"]["policy"]
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ([*TINY, "algo.policy.hiden_dim=3"], "hiden_dim"),
+    ([*TINY, "dataset.root=/nonexistent/dataset"], "/nonexistent/dataset"),
+    (["algo=ppo"], "algo='ppo'"),
+])
+def test_bad_input_exits_2_naming_it(lerobot_dataset, tmp_path, capsys, overrides, message):
+    code = main(["offline", f"dataset.root={lerobot_dataset}", f"run_dir={tmp_path / 'run'}", "steps=1", *overrides])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
