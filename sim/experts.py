@@ -49,7 +49,7 @@ PAUSE_START = (3, 40)  # control step at which the arm stops, uniform in [low, h
 PAUSE_STEPS = (10, 30)  # control steps it stays still, uniform in [low, high)
 DETOUR = (0.04, 0.06)  # m, how far beside the approach waypoint the first approach aims (random heading, 0-2 cm up)
 MISS_HEIGHT = (0.025, 0.035)  # m, how far above the grasp height a missed grasp closes
-DROP_AFTER = (3, 15)  # control steps into the lift at which a dropped cube is let go
+DROP_AFTER = (1, 4)  # control steps into the lift at which a dropped cube is let go (success comes ~4 in)
 
 
 def _quat_yaw(q: np.ndarray) -> float:
