@@ -23,6 +23,7 @@ USAGE = """usage: robot-rl <command> [key=value ...]
 commands:
   train   train a policy:   robot-rl train task=so101_reach algo=ppo|flashsac sim=mujoco [total_steps=...] [resume=PATH]
                             robot-rl train sim=isaaclab task=isaaclab task.id=Isaac-Cartpole algo=ppo|flashsac
+  collect record episodes:  robot-rl collect task=so101_pick episodes=N dataset.root=DIR [policy=PATH] [quality=1.0]
   eval    evaluate / film:  robot-rl eval checkpoint=PATH [num_episodes=100]
 
 Options are Hydra overrides of the YAML files in {config_dir}."""
@@ -121,7 +122,15 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     return _report(out_dir, policy, meta["task"], task_cfg, sim_cfg, ev, device, run_dir, extra)
 
 
+def collect(cfg: Any) -> Any:
+    """``robot-rl collect``: record episodes into a LeRobotDataset v3 (robot_rl/cli/collect.py)."""
+    from robot_rl.cli.collect import collect as run_collect
+
+    return run_collect(cfg)
+
+
 COMMANDS = {"train": train, "eval": evaluate_checkpoint}
+COMMANDS["collect"] = collect
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,9 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainSchema)
     cs.store(name="eval_schema", node=EvalCommand)
+    from robot_rl.cli.collect import CollectCommand
+
+    cs.store(name="collect_schema", node=CollectCommand)
     for name, node in algo_schemas().items():  # configs/algo/<name>.yaml start from algo/<name>_schema
         cs.store(group="algo", name=f"{name}_schema", node=node)
     for name, node in task_schemas().items():  # configs/task/<name>.yaml start from task/<name>_schema

@@ -66,7 +66,7 @@ _FILE_RE = re.compile(r"chunk-(\d+)/file-(\d+)\.(parquet|mp4)$")
 _TMP = ".tmp-"
 
 
-class DatasetError(Exception):
+class DatasetError(ValueError):
     """A dataset folder that cannot be recorded into (not a dataset, a different layout, no commit to repair to)."""
 
 
