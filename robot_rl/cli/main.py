@@ -24,7 +24,8 @@ commands:
   train   train a policy:   robot-rl train task=so101_reach algo=ppo|flashsac sim=mujoco [total_steps=...] [resume=PATH]
                             robot-rl train sim=isaaclab task=isaaclab task.id=Isaac-Cartpole algo=ppo|flashsac
   collect record episodes:  robot-rl collect task=so101_pick episodes=N dataset.root=DIR [policy=PATH] [quality=1.0]
-  eval    evaluate / film:  robot-rl eval checkpoint=PATH [num_episodes=100]
+  eval    evaluate / film:  robot-rl eval checkpoint=PATH [num_episodes=100] [task=TASK (an offline run's)]
+  offline train on logged data: robot-rl offline algo=bc dataset.root=DIR [steps=N] [max_minutes=M] [resume=PATH]
 
 Options are Hydra overrides of the YAML files in {config_dir}."""
 
@@ -35,6 +36,7 @@ def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: 
 
     ``env``: an open env to evaluate on (Isaac Lab: one simulation per process); None: one of ``ev.num_envs`` envs.
     """
+    from robot_rl.cli.build import policy_view
     from robot_rl.evaluation import evaluate, record_video
     from robot_rl.logging import CURVE_PNG, plot_learning_curve, read_curve
     from sim.registry import ISAACLAB, make_env
@@ -47,21 +49,21 @@ def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: 
         result["eval"] = evaluate(env, act, ev.num_episodes, ev.seed).to_json()
     else:
         with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=ev.num_envs), task_cfg) as eval_env:
-            result["eval"] = evaluate(eval_env, act, ev.num_episodes, ev.seed).to_json()
+            result["eval"] = evaluate(policy_view(eval_env, act), act, ev.num_episodes, ev.seed).to_json()
     if ev.video and sim_cfg.backend == ISAACLAB:
         result["video"] = None
         print("eval: no video: the Isaac Lab adapter does not render (eval.video=false skips this message)",
               file=sys.stderr)
     elif ev.video:
         with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=1, num_threads=1), task_cfg) as video_env:
-            video = record_video(video_env, act, out_dir / "policy.mp4", ev.seed, ev.video_episodes, ev.camera,
-                                 ev.width, ev.height)
+            video = record_video(policy_view(video_env, act), act, out_dir / "policy.mp4", ev.seed,
+                                 ev.video_episodes, ev.camera, ev.width, ev.height)
             result["video"] = None if video is None else str(video)  # None: not written (warned)
     points = read_curve(curve_dir)
     if points:
         png = plot_learning_curve(points, out_dir / CURVE_PNG, title=f"{task_name}")
         result["curve"] = None if png is None else str(png)
-        for thr in (0.5, 0.9):
+        for thr in (0.5, 0.9) if any("success_rate" in p for p in points) else ():  # runs in simulation
             hit = next((p for p in points if (p.get("success_rate") or 0.0) >= thr), None)
             result[f"time_to_success_{int(thr * 100)}"] = (
                 None if hit is None else {"wall_s": hit["wall_s"], "env_steps": hit["env_steps"]})
@@ -109,17 +111,34 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     torch.set_num_threads(1)
     folder, meta = load_meta(e.checkpoint)
     policy = load_policy(folder / POLICY_DIR, device)
-    missing = [k for k in ("task", "task_config", "config") if k not in meta]
-    if missing:  # e.g. an offline run's checkpoint, which names its dataset instead of a task
-        raise ValueError(f"{folder}: meta.json has no {missing}, so the task to evaluate on is unknown")
-    task_cfg = config_from_dict(meta["task"], meta["task_config"])
-    sim_raw = dict(meta["config"]["sim"], num_envs=e.num_envs, num_threads=e.num_threads, device="cpu")
+    if "task" in meta:  # trained in simulation: evaluated on its own task
+        if e.task is not None:
+            raise ValueError(f"{folder} was trained on task {meta['task']!r}: task= is for policies trained offline")
+        task, task_cfg = meta["task"], config_from_dict(meta["task"], meta["task_config"])
+        sim_raw = dict(meta["config"]["sim"])
+    elif e.task is None:  # an offline run's checkpoint names its dataset, not a task
+        raise ValueError(f"{folder} was trained offline (on {meta.get('dataset_root', 'a dataset')}): name the task "
+                         "to evaluate it on, e.g. task=so101_pick")
+    else:
+        task_raw = dict(e.task)
+        task = task_raw.pop("name")
+        task_cfg, sim_raw = config_from_dict(task, task_raw), {}
+    sim_raw.update(num_envs=e.num_envs, num_threads=e.num_threads, device="cpu")
+    if e.randomization:
+        sim_raw["randomization"] = {**sim_raw.get("randomization", {}), **e.randomization}
     sim_cfg = sim_config_from_dict(sim_raw)
     run_dir = folder.parent.parent
     out_dir = Path(e.out_dir) if e.out_dir else run_dir / f"eval_{folder.name}"
     ev = dataclasses.replace(e, checkpoint=str(folder))
     extra = {"checkpoint": str(folder), "env_steps": meta.get("env_steps"), "iteration": meta.get("iteration")}
-    return _report(out_dir, policy, meta["task"], task_cfg, sim_cfg, ev, device, run_dir, extra)
+    return _report(out_dir, policy, task, task_cfg, sim_cfg, ev, device, run_dir, extra)
+
+
+def offline(cfg: Any) -> Path:
+    """``robot-rl offline``: train a policy on a LeRobotDataset v3 (robot_rl/cli/offline.py)."""
+    from robot_rl.cli.offline import offline as run_offline
+
+    return run_offline(cfg)
 
 
 def collect(cfg: Any) -> Any:
@@ -129,7 +148,7 @@ def collect(cfg: Any) -> Any:
     return run_collect(cfg)
 
 
-COMMANDS = {"train": train, "eval": evaluate_checkpoint}
+COMMANDS = {"train": train, "eval": evaluate_checkpoint, "offline": offline}
 COMMANDS["collect"] = collect
 
 

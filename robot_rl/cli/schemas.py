@@ -49,6 +49,11 @@ def register_configs() -> None:
         cs.store(group="algo", name=f"{name}_schema", node=node)
     for name, node in task_schemas().items():  # configs/task/<name>.yaml start from task/<name>_schema
         cs.store(group="task", name=f"{name}_schema", node=node)
+    from robot_rl.cli.offline import offline_algo_schemas, offline_schema
+
+    cs.store(name="offline_schema", node=offline_schema())
+    for name, node in offline_algo_schemas().items():  # configs/algo/bc.yaml: the offline learners
+        cs.store(group="algo", name=f"{name}_schema", node=node)
     from sim.config import SimConfig
     from sim.randomization import RandomizationConfig
 
