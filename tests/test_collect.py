@@ -168,6 +168,37 @@ def test_the_dataset_is_loadable_between_episodes_and_commits_each(recorded):
     assert repair_dataset(root) == []  # a committed folder has nothing to roll back
 
 
+def test_a_policy_reading_frames_is_recorded_with_its_proposals(tmp_path):
+    """A VLA (untrained: its chunks aim near 0 degrees) acts on the view's frames; the view clips each target to
+    the per-step cap, which is what ``action`` holds, while ``policy_action`` keeps the proposal."""
+    from policies import FlowVLAConfig, FlowVLAPolicy
+    from robot_rl.cli.collect import PolicyActor, record
+    from sim.config import SimConfig
+    from sim.lerobot_view import LeRobotView
+    from sim.registry import make_env, task_config
+
+    torch.manual_seed(0)
+    cfg = FlowVLAConfig(image_size=[32, 32], horizon=4, executed_steps=2, conv_channels=[8, 8],
+                        conv_strides=[2, 2], image_feature_dim=16, text_dim=8, hidden_dim=32, num_blocks=1,
+                        time_dim=8, num_steps=2, vocab=["pick", "up", "the", "red", "green", "blue", "cube"])
+    task = task_config("so101_pick", {"episode_length": 8})
+    with make_env("so101_pick", SimConfig(num_envs=2, num_threads=1), task) as env:
+        view = LeRobotView(env, cameras=CAMERAS, image_size=(32, 32))
+        spec = DatasetSpec(30, so101.LEROBOT_STATE_NAMES, dict.fromkeys(CAMERAS, (32, 32)))
+        with EpisodeRecorder(RecorderConfig(root=str(tmp_path / "vla")), spec, 2, 8) as r:
+            actor = PolicyActor(view, FlowVLAPolicy(cfg).eval())
+            assert actor.reads_frames
+            record(view, actor, r, 2, seed=0)
+        cap = so101.rad_to_deg(torch.tensor([task.max_delta] * 5 + [task.max_delta_gripper]))
+    ds = _open(tmp_path / "vla")
+    rows = [ds[i] for i in range(len(ds))]
+    assert len(rows) == 16 and all(int(r[keys.ACTOR_COL]) == keys.ACTOR_POLICY for r in rows)
+    assert not any(bool(r[keys.INTERVENTION_COL]) for r in rows)
+    step = torch.stack([r[keys.ACTION_COL] - r[keys.OBS_STATE] for r in rows]).abs()
+    assert bool((step <= cap + 1e-3).all()), step.max(dim=0)
+    assert any(not torch.equal(r[keys.ACTION_COL], r[keys.POLICY_ACTION_COL]) for r in rows)
+
+
 def test_the_layout_names_are_lerobots():
     from lerobot.datasets import utils
 
@@ -196,6 +227,31 @@ def test_a_killed_collect_keeps_every_committed_episode(tmp_path):
     assert committed >= commit >= 2
     repair_dataset(root)
     _check_episodes_read_back(root, committed)
+
+
+def test_sigterm_stops_collect_with_a_dataset_that_loads_as_it_is(tmp_path):
+    """SIGTERM (or Ctrl-C) at any moment: the episode being written is rolled back before the process exits 130;
+    the folder opens with plain ``LeRobotDataset``, no repair needed."""
+    root = tmp_path / "stopped"
+    proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli.main", "collect", *SMALL, "episodes=1000",
+                             f"dataset.root={root}"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while _committed(root) < 2:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "no second episode within 240 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    committed = read_commit(root)["total_episodes"]
+    last = err.decode().strip().splitlines()[-1]
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert last == f"robot-rl collect: interrupted; the dataset {root} holds {committed} complete episodes", last
+    _check_episodes_read_back(root, committed)  # before any repair
+    assert repair_dataset(root) == []
 
 
 def _committed(root: Path) -> int:

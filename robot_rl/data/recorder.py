@@ -592,7 +592,7 @@ class EpisodeRecorder:
         failure = _write_failure(err, self.root, started)
         self._disarm()
         repair_dataset(self.root)
-        committed = read_commit(self.root)["total_episodes"]
+        committed = self.num_episodes = read_commit(self.root)["total_episodes"]
         if failure is not None:
             path, cause = failure
             raise OutputWriteError(path, cause, f"the dataset {self.root} holds its {committed} complete episodes; "
