@@ -17,8 +17,9 @@ A scripted expert acts from the inner env's observation and its action is record
 
 Images dominate the cost here (on 2 CPU cores, ~4 ms per 64x64 frame against ~1 ms of physics for 16 envs), so the
 view renders only what its consumer asks for: set ``view.render_ids`` before a step or reset -- None or True: every
-env (the default), False: none, int [K] env ids: only those rows (the others are zeros) -- and it holds for that one
-call, then returns to the default. Final frames of ended episodes carry state and task only, never images.
+env (the default), False: none, int [K] env ids: only those rows (the others are zeros), plus, on a step, every env
+that auto-reset in it (a consumer always reads a new episode's first frame) -- and it holds for that one call, then
+returns to the default. Final frames of ended episodes carry state and task only, never images.
 """
 
 from __future__ import annotations
@@ -128,6 +129,9 @@ class LeRobotView(VecEnv):
         final = info[keys.FINAL_OBS]
         info[keys.FINAL_OBS] = {keys.OBS_STATE: self._state_deg(final), keys.TASK: tasks}
         info[keys.ACTION_COL] = commanded
+        if ids is not None and self.env.autoreset:  # an env that started a new episode is always rendered: a
+            restarted = (terminated | truncated).nonzero().flatten().cpu()  # consumer reads its first frame
+            ids = torch.unique(torch.cat([ids, restarted]))
         return self._frame(obs, self.env.instructions, ids), reward, terminated, truncated, info
 
     def to_target(self, env_action: torch.Tensor) -> torch.Tensor:

@@ -143,6 +143,11 @@ def test_render_ids_choose_the_rows_for_one_call_only():
     assert frame[FRONT][[0, 2]].any(dim=(1, 2, 3)).all() and not frame[FRONT][1].any()
     frame, *_ = view.step(frame[keys.OBS_STATE])  # back to the default: every env
     assert frame[FRONT].any(dim=(1, 2, 3)).all()
+    ended = _view(n=3, episode_length=1)  # an env that auto-resets in a step is rendered anyway: its episode starts
+    frame, _ = ended.reset(seed=0)
+    ended.render_ids = False
+    frame, _, terminated, truncated, _ = ended.step(frame[keys.OBS_STATE])
+    assert (terminated | truncated).all() and frame[FRONT].any(dim=(1, 2, 3)).all()
     for bad, match in ((torch.tensor([3]), r"render_ids must lie in \[0, 3\)"), (torch.tensor([0.5]), "1-D tensor"),
                        (torch.tensor([True, False]), "must have 3 entries")):
         view.render_ids = bad
