@@ -213,15 +213,17 @@ def test_images_as_uint8_or_float_give_the_same_actions_and_shapes_are_checked()
         pol.loss(_batch(2, horizon=5))
 
 
-def test_deterministic_sampling_starts_from_zero_noise():
+def test_deterministic_sampling_starts_from_one_fixed_noise():
     pol = _policy().eval()
     frame = {k: v for k, v in _batch(3).items() if k != keys.ACTION_COL}
     det = pol.act(frame)
-    torch.testing.assert_close(pol.act(frame, noise=torch.zeros(3, 4, 6)), det, rtol=0, atol=0)
+    eps = torch.randn(4, 6, generator=torch.Generator().manual_seed(pol.cfg.noise_seed))
+    torch.testing.assert_close(pol.act(frame, noise=eps.expand(3, 4, 6)), det, rtol=0, atol=0)
     torch.testing.assert_close(pol.act({**{k: v[1:2] for k, v in frame.items() if isinstance(v, torch.Tensor)},
                                         keys.TASK: frame[keys.TASK][1:2]}), det[1:2])  # batch-independent
     torch.manual_seed(1)
     assert not torch.allclose(pol.act(frame, deterministic=False), det)
+    assert not torch.allclose(pol.act(frame, noise=torch.zeros(3, 4, 6)), det)
 
 
 def test_conditioning_dropout_and_guidance():

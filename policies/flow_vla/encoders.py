@@ -88,22 +88,36 @@ class SpatialSoftmax(nn.Module):
 
 
 class ImageEncoder(nn.Module):
-    """Images [B, 3, H, W] scaled to [-1, 1] -> [B, out_dim]: 3x3 convs with ReLU (no normalisation layers: on the
-    CPU GroupNorm cost as much as the convs), spatial softmax, Linear, LayerNorm."""
+    """Images [B, 3, H, W] scaled to [-1, 1] and a task vector [B, T] -> [B, out_dim].
 
-    def __init__(self, channels: list[int], strides: list[int], out_dim: int) -> None:
+    3x3 convs, each followed by FiLM from the task vector, y = ReLU(conv(x)·(1 + γ) + β) (zero-initialised, so it
+    starts as a plain CNN; RT-1's way of letting "red" vs "blue" pick which features the keypoints follow), then a
+    1x1 conv to keypoint maps, spatial softmax with a learned temperature, Linear, LayerNorm. No normalisation
+    layers: on the CPU GroupNorm cost as much as the convs.
+    """
+
+    def __init__(self, channels: list[int], strides: list[int], out_dim: int, task_dim: int) -> None:
         super().__init__()
-        layers: list[nn.Module] = []
         c_in = 3
+        self.convs, self.films = nn.ModuleList(), nn.ModuleList()
         for c_out, stride in zip(channels, strides, strict=True):
-            layers += [nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1), nn.ReLU()]
+            self.convs.append(nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1))
+            self.films.append(nn.Linear(task_dim, 2 * c_out))
+            nn.init.zeros_(self.films[-1].weight)
+            nn.init.zeros_(self.films[-1].bias)
             c_in = c_out
-        self.convs = nn.Sequential(*layers)
+        self.keypoint_maps = nn.Conv2d(c_in, c_in, 1)
+        self.log_temperature = nn.Parameter(torch.zeros(()))
         self.keypoints = SpatialSoftmax()
         self.proj = nn.Sequential(nn.Linear(2 * c_in, out_dim), nn.LayerNorm(out_dim))
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.proj(self.keypoints(self.convs(images)))
+    def forward(self, images: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        h = images
+        for conv, film in zip(self.convs, self.films, strict=True):
+            gamma, beta = film(task)[:, :, None, None].chunk(2, dim=1)
+            h = torch.relu_(torch.addcmul(beta, conv(h), 1.0 + gamma))
+        maps = self.keypoint_maps(h) / self.log_temperature.exp()
+        return self.proj(self.keypoints(maps))
 
 
 def to_unit_range(images: torch.Tensor) -> torch.Tensor:

@@ -42,8 +42,8 @@ class FlowVLAModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         d = cfg.hidden_dim
-        self.images = nn.ModuleDict({cam: ImageEncoder(cfg.conv_channels, cfg.conv_strides, cfg.image_feature_dim)
-                                     for cam in cfg.cameras})
+        self.images = nn.ModuleDict({cam: ImageEncoder(cfg.conv_channels, cfg.conv_strides, cfg.image_feature_dim,
+                                                       cfg.text_dim) for cam in cfg.cameras})
         self.text = TextEncoder(len(cfg.vocab), cfg.max_words, cfg.text_dim)
         ctx_in = len(cfg.cameras) * cfg.image_feature_dim + cfg.text_dim + cfg.state_dim
         self.context = nn.Sequential(nn.Linear(ctx_in, d), nn.SiLU(), nn.Linear(d, d))
@@ -59,8 +59,9 @@ class FlowVLAModel(nn.Module):
 
     def encode(self, images: dict[str, torch.Tensor], tokens: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """Context [B, D] from images {camera: [B, 3, H, W] in [-1, 1]}, token ids [B, L], normalised state [B, P]."""
-        feats = [self.images[cam](images[cam]) for cam in self.cfg.cameras]
-        return self.context(torch.cat([*feats, self.text(tokens), state], dim=-1))
+        task = self.text(tokens)
+        feats = [self.images[cam](images[cam], task) for cam in self.cfg.cameras]
+        return self.context(torch.cat([*feats, task, state], dim=-1))
 
     def modulation(self, context: torch.Tensor, t: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
         """Each block's FiLM parameters [num_blocks, B, 2D] from context [B, D], t [B] and ``cond`` [B] of COND_*

@@ -6,8 +6,9 @@ Actions are joint position targets in degrees, chunks [N, H, A]. Normalisation: 
 (dataset mean/std), the actions by the ``action_mean`` / ``action_std`` buffers saved with the weights; images are
 scaled to [-1, 1]. No privileged simulator state is read.
 
-Sampling (``act``): x_1 = ε (zeros when ``deterministic``: the same chunk for the same frame, whatever the batch
-it is in; N(0, I) otherwise; or the ``noise`` given), then ``cfg.num_steps`` Euler steps to t = 0
+Sampling (``act``): x_1 = ε (when ``deterministic``, one fixed draw ε* from ``cfg.noise_seed`` for every env: the
+same chunk for the same frame, whatever the batch it is in; fresh N(0, I) otherwise; or the ``noise`` given), then
+``cfg.num_steps`` Euler steps to t = 0
 (``policies.flow_vla.flow``). With conditioning, the indicator of each frame (``CONDITION_KEY``; 1 when absent)
 conditions v_c, and v = v_u + β (v_c − v_u) with β = ``cfg.guidance_beta``.
 """
@@ -206,7 +207,8 @@ class FlowVLAPolicy(Policy):
 
         Args:
             obs: a frame (see the module docstring); ``CONDITION_KEY`` [N] optional (default: positive).
-            deterministic: start from ε = 0 (else ε ~ N(0, I)); ignored when ``noise`` is given.
+            deterministic: start every env from the fixed ε* (``fixed_noise``), else from fresh ε ~ N(0, I);
+                ignored when ``noise`` is given.
             noise: ε [N, H, A] in normalised action units.
         """
         cfg = self.cfg
@@ -218,9 +220,15 @@ class FlowVLAPolicy(Policy):
                 raise ValueError(f"noise has shape {list(noise.shape)}, expected {list(shape)}")
             x1 = noise.to(context)
         else:
-            x1 = torch.zeros(shape, device=self.device) if deterministic else torch.randn(shape, device=self.device)
+            x1 = self.fixed_noise(n) if deterministic else torch.randn(shape, device=self.device)
         x0 = self._integrate(context, x1, obs.get(CONDITION_KEY))
         return x0 * self.action_std + self.action_mean
+
+    def fixed_noise(self, n: int) -> torch.Tensor:
+        """ε* [n, H, A]: one N(0, I) draw from ``cfg.noise_seed`` (on the CPU generator), repeated for n envs."""
+        g = torch.Generator().manual_seed(self.cfg.noise_seed)
+        eps = torch.randn(self.cfg.horizon, self.cfg.action_dim, generator=g)
+        return eps.to(self.device).expand(n, -1, -1)
 
     def _integrate(self, context: torch.Tensor, x1: torch.Tensor, indicator: Any) -> torch.Tensor:
         """x_0 [N, H, A] from x_1 by Euler steps of v: plain, conditional (β = 1), or guided, v_u and v_c in one
