@@ -148,8 +148,7 @@ def collect(cfg: Any) -> Any:
     return run_collect(cfg)
 
 
-COMMANDS = {"train": train, "eval": evaluate_checkpoint, "offline": offline}
-COMMANDS["collect"] = collect
+COMMANDS = {"train": train, "eval": evaluate_checkpoint, "collect": collect, "offline": offline}
 
 
 def main(argv: list[str] | None = None) -> int:
