@@ -399,6 +399,7 @@ def test_collect_end_to_end_a_full_disk_stops_it_cleanly_and_appending_resumes(t
         assert stop.startswith(f"robot-rl collect: stopped: could not write {root}/"), stop
         assert "No space left on device" in stop or "File too large" in stop, stop
         assert f"the dataset {root} holds its 2 complete episodes" in stop and "dataset.append=true" in stop, stop
+        assert "was being written as episode 2 and is lost" in stop, stop  # which episode the full disk cost
         assert not [p for p in root.iterdir() if p.name.startswith("tmp")] and not (root / "images").exists()
         _check_episodes_read_back(root, 2)
 

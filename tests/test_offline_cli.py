@@ -61,3 +61,18 @@ def test_bad_input_exits_2_naming_it(lerobot_dataset, tmp_path, capsys, override
     code = main(["offline", f"dataset.root={lerobot_dataset}", f"run_dir={tmp_path / 'run'}", "steps=1", *overrides])
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
+
+
+def test_robot_rl_eval_runs_an_offline_policy_on_a_task_it_names(lerobot_dataset, tmp_path, capsys):
+    import json
+
+    assert _offline(lerobot_dataset, tmp_path / "run", "steps=3") == 0
+    assert main(["eval", f"checkpoint={tmp_path / 'run'}"]) == 2  # trained offline: which task is not known
+    assert "task=" in capsys.readouterr().err
+    out = tmp_path / "eval"
+    code = main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "task.episode_length=6",
+                 "num_episodes=2", "num_envs=2", "video=false", f"out_dir={out}",
+                 "randomization.light_scale=[0.6,1.2]"])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads((out / "eval.json").read_text())["eval"]
+    assert result["num_episodes"] == 2 and result["mean_length"] <= 6

@@ -10,6 +10,7 @@ import torch
 from omegaconf import MISSING
 
 from robot_rl.runners.common import RunLimits
+from sim.randomization import RandomizationConfig
 
 
 @dataclass
@@ -69,8 +70,9 @@ class EvalCommand(EvalSettings):
     num_threads: int = 2  # simulator threads
     # task=<name> (configs/task/, task.<field>=... overrides it): the task to evaluate a policy trained offline on
     task: Any = None
-    # sim.randomization overrides for the evaluation, e.g. randomization.light_scale=[0.5,1.2] (visual DR)
-    randomization: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # domain randomization of the evaluation, e.g. randomization.light_scale=[0.5,1.2] (visual DR); the keys set here
+    # (those that differ from the defaults, which randomize nothing) override the run's own
+    randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
 
 
 def typed(cls: type, values: dict[str, Any], where: str) -> Any:

@@ -104,6 +104,7 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     from policies import load_policy
     from robot_rl.checkpoint import POLICY_DIR, load_meta
     from robot_rl.cli.config import EvalCommand, resolve_device, typed
+    from sim.randomization import RandomizationConfig
     from sim.registry import config_from_dict, sim_config_from_dict
 
     e = typed(EvalCommand, OmegaConf.to_container(cfg, resolve=True), "")
@@ -124,8 +125,10 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
         task = task_raw.pop("name")
         task_cfg, sim_raw = config_from_dict(task, task_raw), {}
     sim_raw.update(num_envs=e.num_envs, num_threads=e.num_threads, device="cpu")
-    if e.randomization:
-        sim_raw["randomization"] = {**sim_raw.get("randomization", {}), **e.randomization}
+    nominal = dataclasses.asdict(RandomizationConfig())
+    changed = {k: v for k, v in dataclasses.asdict(e.randomization).items() if v != nominal[k]}
+    if changed:
+        sim_raw["randomization"] = {**sim_raw.get("randomization", {}), **changed}
     sim_cfg = sim_config_from_dict(sim_raw)
     run_dir = folder.parent.parent
     out_dir = Path(e.out_dir) if e.out_dir else run_dir / f"eval_{folder.name}"

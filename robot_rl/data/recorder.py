@@ -542,7 +542,7 @@ class EpisodeRecorder:
             index = int(self.ds.meta.total_episodes) - 1
             self._commit(i, length)
         except BaseException as err:
-            self._abort(err, started)
+            self._abort(err, started, lost=f"env {i}'s episode of {length} frames")
             raise  # _abort raises the OutputWriteError itself; anything else goes on as it was
         self.timings["add_frames_s"] += t1 - t0
         self.timings["save_s"] += t2 - t1
@@ -589,7 +589,7 @@ class EpisodeRecorder:
                   "stats": _read_json(root / STATS_PATH), "tasks": _tasks_of(ds.meta)}
         _write_atomic(root / COMMIT_FILE, _json_bytes(commit))
 
-    def _abort(self, err: BaseException, started: float) -> None:
+    def _abort(self, err: BaseException, started: float, lost: str = "the episode being written") -> None:
         """After a failed or interrupted write: stop LeRobot's writer, roll the folder back to the last commit, and
         close. Raises ``OutputWriteError`` when ``err`` is a failed write."""
         failure = _write_failure(err, self.root, started)
@@ -598,8 +598,10 @@ class EpisodeRecorder:
         committed = self.num_episodes = read_commit(self.root)["total_episodes"]
         if failure is not None:
             path, cause = failure
-            raise OutputWriteError(path, cause, f"the dataset {self.root} holds its {committed} complete episodes; "
-                                   "once there is space, add more with dataset.append=true") from err
+            raise OutputWriteError(path, cause, f"{lost} was being written as episode {committed} and is lost (so are "
+                                   f"the episodes still running); the dataset {self.root} holds its {committed} "
+                                   "complete episodes; once there is space, add more with dataset.append=true"
+                                   ) from err
 
     def _disarm(self) -> None:
         """Stop LeRobot's writer without letting it write anything more: its video encoders are cancelled, its
