@@ -190,7 +190,7 @@ def _write_bytes(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -218,7 +218,7 @@ def _replace_pointer(folder: Path, name: str, target: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_path(folder)
+    fsync_path(folder)
 
 
 def _remove(path: Path) -> None:
@@ -259,7 +259,7 @@ def write_checkpoint(path: Path, state: dict[str, Any], meta: dict[str, Any], po
         _remove(old)
     else:
         os.rename(tmp, path)
-    _fsync_path(parent)
+    fsync_path(parent)
     return path
 
 
@@ -272,12 +272,12 @@ def _write_tmp(tmp: Path, tensors: dict[str, torch.Tensor], skeleton: Any, meta:
     if policy is not None:
         policy.save(tmp / POLICY_DIR)
         for p in (tmp / POLICY_DIR).iterdir():
-            _fsync_path(p)
-        _fsync_path(tmp / POLICY_DIR)
+            fsync_path(p)
+        fsync_path(tmp / POLICY_DIR)
     manifest = {"format": FORMAT_VERSION,
                 "files": {p.relative_to(tmp).as_posix(): _sha256(p) for p in _files(tmp)}}
     _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
-    _fsync_path(tmp)
+    fsync_path(tmp)
 
 
 # ---------------------------------------------------------------------------------------------- loading

@@ -205,18 +205,7 @@ def plot_learning_curve(points: list[dict[str, float]], path: str | Path, title:
             ax.set_xlabel(xlabel)
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=100)
-    except OSError as e:
-        log.warning("no learning-curve plot: could not write %s (%s)", path, e.strerror or e)
-        Path(path).unlink(missing_ok=True)
-        return None
-    finally:
-        plt.close(fig)
-    return Path(path)
+    return _save_figure(fig, path, title, plt)
 
 
 def _plot_offline_curve(points: list[dict[str, float]], path: str | Path, title: str, plt: Any) -> Path | None:
@@ -233,6 +222,11 @@ def _plot_offline_curve(points: list[dict[str, float]], path: str | Path, title:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("training loss")
     axes[0].legend()
+    return _save_figure(fig, path, title, plt)
+
+
+def _save_figure(fig: Any, path: str | Path, title: str, plt: Any) -> Path | None:
+    """Title, lay out and write a learning-curve figure; a write error is a warning (and None), never a failure."""
     if title:
         fig.suptitle(title)
     fig.tight_layout()

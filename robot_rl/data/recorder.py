@@ -57,6 +57,7 @@ from omegaconf import MISSING
 
 from policies import keys
 from robot_rl.checkpoint import OutputWriteError
+from robot_rl.checkpoint import fsync_path as _fsync
 
 # LeRobot's layout (lerobot.datasets.utils; LeRobot itself is imported where used: importing it takes seconds, and
 # the command line's config schemas import this module for RecorderConfig).
@@ -138,14 +139,6 @@ class WrittenEpisode:
 
 
 # ------------------------------------------------------------------------------------------------ files
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_atomic(path: Path, data: bytes) -> None:
     """Write ``path`` as a whole or not at all: tmp file beside it, fsync, ``os.replace``, fsync the folder."""
     tmp = path.parent / f"{_TMP}{path.name}-{uuid.uuid4().hex}"

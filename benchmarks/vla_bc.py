@@ -1,0 +1,343 @@
+"""One multi-task flow VLA trained by behaviour cloning, beside LeRobot's own ACT, on the same demonstrations.
+
+1. **Data.** ``robot-rl collect`` records scripted demonstrations of so101_reach, so101_lift, so101_push and
+   so101_pick into ONE LeRobotDataset v3 (front + wrist cameras at 64x64 as video, the six joints in degrees, the
+   instruction per episode), with visual domain randomization on (lighting, camera pose, colours of every geom).
+2. **Training, same wall-clock.** Ours: ``robot-rl offline algo=bc`` (the flow VLA: images, instruction and
+   proprio only). Theirs: LeRobot's ACT trained from scratch by LeRobot's own ``lerobot-train``
+   (``benchmarks/lerobot_baselines.py``; Diffusion Policy too when ``diffusers`` is installed and ``--diffusion``
+   is given). Each in its own process, one after the other (2 cores: nothing else heavy runs beside a timed part).
+3. **Evaluation, one loop for all.** ``robot_rl.evaluation.evaluate`` over ``sim.lerobot_view.LeRobotView`` (the
+   policy's cameras and image size), 100 seeded episodes per task, with the same visual randomization but other
+   seeds than the demonstrations. For so101_pick the instruction shown to the policy is also swapped for another
+   colour (success still means the originally named cube): a policy that reads the language should fail then.
+   CPU inference time per chunk for one env. A video per task of ours.
+
+    python benchmarks/vla_bc.py                                   # the full run: ~60-75 min on 2 cores
+    python benchmarks/vla_bc.py --demos 20 --minutes 1 --episodes 10 --out /tmp/vla   # a smoke run
+    python benchmarks/vla_bc.py --data /tmp/vla_data --skip-collect                    # reuse a dataset
+
+Writes ``benchmarks/results/vla_bc.json`` + ``vla_bc.png`` (success per task per method, training curves) and
+``vla_bc_<task>.mp4``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from benchmarks.common import RESULTS, goal, write_result
+
+NAME = "vla_bc"
+TASKS = ("so101_reach", "so101_lift", "so101_push", "so101_pick")
+GOALS = {"so101_reach": 0.98, "so101_lift": 0.95, "so101_push": 0.90, "so101_pick": 0.90}
+# Visual domain randomization, for the demonstrations and the evaluation alike (sim.randomization).
+VISUAL_DR = {"light_scale": [0.6, 1.2], "camera_pos_jitter": 0.01, "color_scale": [0.8, 1.0]}
+CAMERAS = ("front", "wrist")
+IMAGE = 64
+SWAP = {"red": "green", "green": "blue", "blue": "red"}  # the instruction swap of so101_pick
+
+
+def robot_rl_command() -> list[str]:
+    exe = Path(sys.executable).parent / "robot-rl"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "robot_rl.cli.main"]
+
+
+def _overrides(d: dict[str, Any], prefix: str) -> list[str]:
+    return [f"{prefix}.{k}={json.dumps(v).replace(' ', '')}" for k, v in d.items()]
+
+
+# ------------------------------------------------------------------------------------------------------ data
+def collect(root: Path, demos: int, num_envs: int, seed: int) -> dict[str, Any]:
+    """Record ``demos`` expert episodes per task into one dataset at ``root``; seconds and counts per task."""
+    from robot_rl.cli.build import compose
+    from robot_rl.cli.collect import collect as run_collect
+
+    out = {}
+    for i, task in enumerate(TASKS):
+        cfg = compose("collect", [f"task={task}", f"episodes={demos}", f"dataset.root={root}",
+                                  f"dataset.append={'true' if i else 'false'}", f"task.cameras=[{','.join(CAMERAS)}]",
+                                  f"task.image_width={IMAGE}", f"task.image_height={IMAGE}",
+                                  f"sim.num_envs={num_envs}", f"seed={seed + 1000 * i}", "progress=false",
+                                  *_overrides(VISUAL_DR, "sim.randomization")])
+        c = run_collect(cfg)
+        out[task] = {"episodes": c.episodes, "successes": c.successes, "frames": c.frames,
+                     "seconds": round(c.seconds, 1)}
+        print(f"collect {task}: {c.episodes} episodes ({c.successes} successes), {c.frames} frames in "
+              f"{c.seconds:.0f} s", file=sys.stderr)
+    return out
+
+
+# -------------------------------------------------------------------------------------------------- training
+def _child_peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+
+
+def train_ours(root: Path, run_dir: Path, minutes: float, steps: int, seed: int, extra: list[str]) -> dict[str, Any]:
+    """``robot-rl offline algo=bc`` in its own process for ``minutes`` of training or ``steps`` gradient steps,
+    whichever ends first (the cosine learning-rate schedule spans ``steps``); data loading is outside the budget and
+    reported apart (process_wall_s); returns the exported policy folder, the curve, wall times and peak RSS."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [*robot_rl_command(), "offline", f"dataset.root={root}", f"run_dir={run_dir}", f"max_minutes={minutes}",
+           f"steps={steps}", f"seed={seed}", "dataset.progress=false", "logger.progress=false", *extra]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    curve = [json.loads(line) for line in (run_dir / "curve.jsonl").read_text().splitlines() if line.strip()]
+    policy_dir = run_dir / "checkpoints" / "latest"
+    policy_dir = (run_dir / "checkpoints" / policy_dir.read_text().strip() if policy_dir.is_file()
+                  else max((run_dir / "checkpoints").glob("iter_*"))) / "policy"
+    return {"command": " ".join(cmd), "policy": str(policy_dir), "process_wall_s": round(wall, 1),
+            "train_wall_s": round(curve[-1]["wall_s"], 1), "updates": curve[-1]["updates"],
+            "peak_rss_mib": round(_child_peak_rss_mib(), 1),
+            "curve": [{"wall_s": round(p["wall_s"], 1), "updates": p["updates"], "loss": p.get("loss")}
+                      for p in curve]}
+
+
+def trained_ours(run_dir: Path, command: str) -> dict[str, Any]:
+    """The record of an earlier ``train_ours`` run in ``run_dir`` (``--reuse-training``): its last checkpoint and
+    curve (process wall time and peak RSS are not known again)."""
+    curve = [json.loads(line) for line in (run_dir / "curve.jsonl").read_text().splitlines() if line.strip()]
+    policy_dir = max((run_dir / "checkpoints").glob("iter_*")) / "policy"
+    return {"command": command, "policy": str(policy_dir), "train_wall_s": round(curve[-1]["wall_s"], 1),
+            "updates": curve[-1]["updates"], "reused": True,
+            "curve": [{"wall_s": round(p["wall_s"], 1), "updates": p["updates"], "loss": p.get("loss")}
+                      for p in curve]}
+
+
+def train_theirs(kind: str, root: Path, out_dir: Path, minutes: float, seed: int) -> dict[str, Any]:
+    """LeRobot's ``kind`` trained by its own ``lerobot-train`` for the same wall-clock."""
+    from benchmarks.lerobot_baselines import TRAIN_RECORD, train_lerobot_policy
+
+    shutil.rmtree(out_dir, ignore_errors=True)
+    start = time.perf_counter()
+    folder = train_lerobot_policy(kind, root, f"local/{root.name}", out_dir, wall_clock_s=60.0 * minutes, seed=seed)
+    record = json.loads((out_dir / TRAIN_RECORD).read_text())
+    record.update(policy=str(folder), process_wall_s=round(time.perf_counter() - start, 1))
+    return record
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+class SwappedInstruction:
+    """A view whose frames name another colour than the env's own instruction (so101_pick's language check)."""
+
+    def __init__(self, view: Any) -> None:
+        self.view = view
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.view, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "view":
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.view, name, value)
+
+    @staticmethod
+    def _swap(frame: dict[str, Any]) -> dict[str, Any]:
+        from policies import keys
+
+        frame[keys.TASK] = [" ".join(SWAP.get(w, w) for w in t.split(" ")) for t in frame[keys.TASK]]
+        return frame
+
+    def reset(self, *args: Any, **kwargs: Any) -> Any:
+        frame, info = self.view.reset(*args, **kwargs)
+        return self._swap(frame), info
+
+    def step(self, *args: Any, **kwargs: Any) -> Any:
+        frame, *rest = self.view.step(*args, **kwargs)
+        return (self._swap(frame), *rest)
+
+
+def _env(task: str, num_envs: int, seed: int) -> Any:
+    from sim.config import SimConfig
+    from sim.randomization import RandomizationConfig
+    from sim.registry import make_env, task_config
+
+    sim = SimConfig(num_envs=num_envs, num_threads=2, seed=seed, randomization=RandomizationConfig(**VISUAL_DR))
+    return make_env(task, sim, task_config(task, {"cameras": []}))
+
+
+def evaluate_policy(policy: Any, episodes: int, num_envs: int, seed: int, swap: bool = False) -> dict[str, Any]:
+    """Success per task over ``episodes`` seeded episodes (and so101_pick with the instruction swapped)."""
+    from robot_rl.cli.build import policy_view
+    from robot_rl.evaluation import evaluate
+
+    out: dict[str, Any] = {}
+    runs = [(t, False) for t in TASKS] + ([("so101_pick", True)] if swap else [])
+    for task, swapped in runs:
+        start = time.perf_counter()
+        with _env(task, num_envs, seed) as env:
+            view = policy_view(env, policy)
+            r = evaluate(SwappedInstruction(view) if swapped else view, policy, episodes, seed)
+        key = f"{task}_swapped" if swapped else task
+        out[key] = {**r.to_json(), "seconds": round(time.perf_counter() - start, 1)}
+        print(f"eval {key}: success {r.success_rate:.2f} over {r.num_episodes} episodes", file=sys.stderr)
+    return out
+
+
+def inference_ms(policy: Any, repeats: int = 30) -> float:
+    """Median ms of one ``act`` (a whole chunk) for one env on the CPU."""
+    from robot_rl.cli.build import policy_view
+
+    with _env("so101_pick", 1, 0) as env:
+        view = policy_view(env, policy)
+        frame, _ = view.reset(seed=0)
+        times = []
+        with torch.no_grad():
+            for _ in range(repeats):
+                t = time.perf_counter()
+                policy.act(frame)
+                times.append(time.perf_counter() - t)
+    return 1000.0 * statistics.median(times[3:])
+
+
+def videos(policy: Any, out_dir: Path, seed: int) -> dict[str, str | None]:
+    from robot_rl.cli.build import policy_view
+    from robot_rl.evaluation import record_video
+
+    out = {}
+    for task in TASKS:
+        with _env(task, 1, seed) as env:
+            path = record_video(policy_view(env, policy), policy, out_dir / f"{NAME}_{task}.mp4", seed, 2, "front",
+                                160, 120)
+        out[task] = None if path is None else str(path)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ plot
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    methods = list(results["eval"])
+    cols = [*TASKS, "so101_pick_swapped"]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.2))
+    width = 0.8 / len(methods)
+    for i, m in enumerate(methods):
+        vals = [results["eval"][m].get(c, {}).get("success_rate", np.nan) for c in cols]
+        ax.bar(np.arange(len(cols)) + i * width, vals, width, label=m)
+    ax.set_xticks(np.arange(len(cols)) + width * (len(methods) - 1) / 2)
+    ax.set_xticklabels([c.replace("so101_", "") for c in cols])
+    ax.set_ylabel("success rate (100 seeded episodes, visual DR)")
+    ax.set_ylim(0, 1.05)
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    for m, rec in results["training"].items():
+        pts = [p for p in rec.get("curve", []) if p.get("loss") is not None]
+        if pts:
+            bx.plot([p["wall_s"] / 60 for p in pts], [p["loss"] for p in pts], label=m)
+    bx.set_xlabel("training wall-clock (min)")
+    bx.set_ylabel("training loss (each method's own)")
+    bx.set_yscale("log")
+    bx.legend()
+    bx.grid(alpha=0.3)
+    fig.suptitle("one multi-task policy from scripted demos: ours (flow VLA) vs LeRobot's own, same data and time")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------ main
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--demos", type=int, default=100, help="scripted demonstrations per task (<= 200)")
+    p.add_argument("--minutes", type=float, default=12.0, help="training wall-clock per method (<= 15)")
+    p.add_argument("--ours-steps", type=int, default=6000, help="ours: gradient steps the cosine schedule spans")
+    p.add_argument("--episodes", type=int, default=100, help="evaluation episodes per task")
+    p.add_argument("--num-envs", type=int, default=25, help="envs stepped together in collection and evaluation")
+    p.add_argument("--data", type=Path, default=Path("/tmp/vla_bc_data"), help="the dataset folder")
+    p.add_argument("--work", type=Path, default=Path("/tmp/vla_bc_runs"), help="training run folders")
+    p.add_argument("--skip-collect", action="store_true", help="reuse the dataset at --data")
+    p.add_argument("--methods", default="ours,act", help="comma list of ours, act, diffusion")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reuse-training", action="store_true",
+                   help="evaluate the policies an earlier run trained in --work (same data) instead of training")
+    p.add_argument("--executed-steps", type=int, default=None,
+                   help="ours: actions of each chunk executed before asking again (default: the trained config's)")
+    p.add_argument("--ours", nargs="*", default=["algo.lr_schedule=cosine", "algo.warmup_updates=200"],
+                   help="extra overrides for robot-rl offline")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args()
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    torch.set_num_threads(2)
+    methods = a.methods.split(",")
+    a.out.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {"settings": {"demos_per_task": a.demos, "train_minutes": a.minutes,
+                                         "eval_episodes": a.episodes, "cameras": list(CAMERAS), "image": IMAGE,
+                                         "visual_randomization": VISUAL_DR, "tasks": list(TASKS)}}
+    if not a.skip_collect:
+        shutil.rmtree(a.data, ignore_errors=True)
+        t = time.perf_counter()
+        data["collect"] = collect(a.data, a.demos, a.num_envs, a.seed)
+        data["collect_s"] = round(time.perf_counter() - t, 1)
+    data["training"], data["eval"] = {}, {}
+    policies: dict[str, Any] = {}
+    from benchmarks.lerobot_baselines import TRAIN_RECORD, load_lerobot_adapter
+    from policies import load_policy
+
+    for m in methods:
+        if m == "ours":
+            rec = (trained_ours(a.work / "ours", f"an earlier run of this benchmark in {a.work / 'ours'}")
+                   if a.reuse_training else train_ours(a.data, a.work / "ours", a.minutes, a.ours_steps, a.seed,
+                                                       a.ours))
+            policies[m] = load_policy(rec["policy"])
+            if a.executed_steps:  # a deployment setting of the chunked policy, chosen on other seeds than eval's
+                policies[m].cfg = dataclasses.replace(policies[m].cfg, executed_steps=a.executed_steps)
+                rec["executed_steps_at_eval"] = a.executed_steps
+        else:
+            if a.reuse_training:
+                rec = {**json.loads((a.work / m / TRAIN_RECORD).read_text()), "reused": True}
+                rec["policy"] = rec["pretrained_model"]
+            else:
+                rec = train_theirs(m, a.data, a.work / m, a.minutes, a.seed)
+            policies[m] = load_lerobot_adapter(rec["policy"])
+        data["training"][m] = rec
+        print(f"trained {m}: {json.dumps({k: v for k, v in rec.items() if k != 'curve'})[:400]}", file=sys.stderr)
+    eval_seed = 777_000 + a.seed  # other seeds than the demonstrations'
+    for m, policy in policies.items():
+        policy.eval()
+        data["eval"][m] = evaluate_policy(policy, a.episodes, a.num_envs, eval_seed, swap=True)
+        data["eval"][m]["inference_ms_per_chunk_1env"] = round(inference_ms(policy), 2)
+    if "ours" in policies:
+        data["videos"] = videos(policies["ours"], a.out, eval_seed)
+    goals = []
+    if "ours" in policies:
+        ev = data["eval"]["ours"]
+        goals += [goal(f"ours_success_{t}", ev[t]["success_rate"], GOALS[t], ">=") for t in TASKS]
+        goals.append(goal("ours_pick_success_with_swapped_instruction", ev["so101_pick_swapped"]["success_rate"],
+                          0.40, "<="))
+        goals.append(goal("ours_cpu_inference_ms_per_chunk_1env", ev["inference_ms_per_chunk_1env"], 20.0, "<="))
+        for m in policies:
+            if m != "ours":
+                goals += [goal(f"ours_minus_{m}_success_{t}", ev[t]["success_rate"] - data["eval"][m][t]["success_rate"],
+                               0.0, ">=") for t in TASKS]
+    path = write_result(NAME, data, goals, a.out)
+    plot(data, a.out / f"{NAME}.png")
+    print(f"wrote {path}", file=sys.stderr)
+    for g in goals:
+        print(f"  {g['name']}: {g['value']} ({g['direction']} {g['target']}: {'met' if g['met'] else 'NOT met'})",
+              file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
