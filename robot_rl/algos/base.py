@@ -99,7 +99,7 @@ class OffPolicyAlgorithm(Algorithm):
     def random_action(self, num_envs: int) -> torch.Tensor:
         """Uniform actions [N, A] for the warm-up."""
 
-    def observe(self, reward: torch.Tensor, terminated: torch.Tensor,  # noqa: B027 - optional hook
+    def observe(self, reward: torch.Tensor, terminated: torch.Tensor,
                 truncated: torch.Tensor) -> None:
         """See each step's outcome (reward scaling statistics, per-env exploration noise)."""
 

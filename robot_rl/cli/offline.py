@@ -118,8 +118,13 @@ def build_offline(cfg: Any) -> OfflineTraining:
 
     from policies.flow_vla import FlowVLAConfig
     from robot_rl.algos.bc import BC, BCConfig
-    from robot_rl.checkpoint import (CHECKPOINTS_DIR, CheckpointManager, check_resume_compatible, load_checkpoint,
-                                     remove_partial_writes)
+    from robot_rl.checkpoint import (
+        CHECKPOINTS_DIR,
+        CheckpointManager,
+        check_resume_compatible,
+        load_checkpoint,
+        remove_partial_writes,
+    )
     from robot_rl.cli.build import seed_everything
     from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler
     from robot_rl.logging import RunLogger
