@@ -90,4 +90,4 @@ def test_bc_trains_a_policy_on_its_own_loss():
     batch = {"x": x, "y": x @ torch.tensor([1.5, -2.0])}
     for _ in range(400):
         out = algo.update(batch)
-    assert out["loss/mse"] < 1e-4 and torch.allclose(policy.w, torch.tensor([1.5, -2.0]), atol=1e-2)
+    assert out["train/mse"] < 1e-4 and torch.allclose(policy.w, torch.tensor([1.5, -2.0]), atol=1e-2)
