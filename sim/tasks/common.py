@@ -12,6 +12,19 @@ from sim import so101
 from sim.state import SimState
 
 CAMERAS = ("front", "wrist")
+
+
+@dataclass
+class ArmTaskConfig:
+    """What every SO-101 task config holds: episode length, control rate and the action mapping (``SO101Arm``).
+    A task's own config derives from it and adds (or re-declares, with its own default) fields."""
+
+    episode_length: int = 150  # control steps (30 Hz: 5 s)
+    decimation: int = 10  # physics steps per control step (timestep 1/300 s -> 30 Hz control)
+    action_mode: str = "delta"  # "delta" (joint targets relative to the measured position) or "absolute"
+    max_delta: float = 0.08  # rad per control step for arm joints at |a| = 1
+    max_delta_gripper: float = 0.15  # rad per control step for the gripper at |a| = 1
+    init_joint_noise: float = 0.05  # rad, uniform noise around the home pose at reset
 PROPRIO_PARTS = (("joint_pos", 6),)  # rad, LeRobot's joint order: what a real SO-101 reports about itself
 
 

@@ -18,15 +18,9 @@ CUBE_HALF = 0.0125  # m, half the cube's side
 
 
 @dataclass
-class LiftConfig:
+class LiftConfig(common.ArmTaskConfig):
     """so101_lift. Positions in metres in the world frame (the arm's base at the origin, +x in front)."""
 
-    episode_length: int = 150  # control steps (30 Hz: 5 s)
-    decimation: int = 10  # physics steps per control step (timestep 1/300 s -> 30 Hz control)
-    action_mode: str = "delta"  # "delta" (joint targets relative to the measured position) or "absolute"
-    max_delta: float = 0.08  # rad per control step for arm joints at |a| = 1
-    max_delta_gripper: float = 0.15  # rad per control step for the gripper at |a| = 1
-    init_joint_noise: float = 0.05  # rad, uniform noise around the home pose at reset
     cube_low: list[float] = field(default_factory=lambda: [0.16, -0.08])  # m, x y of the cube's spawn box
     cube_high: list[float] = field(default_factory=lambda: [0.24, 0.08])  # m
     cube_yaw: float = 0.7854  # rad, cube yaw drawn from [-cube_yaw, cube_yaw]

@@ -29,15 +29,9 @@ def cube_name(colour: str) -> str:
 
 
 @dataclass
-class PickConfig:
+class PickConfig(common.ArmTaskConfig):
     """so101_pick. Positions in metres in the world frame (the arm's base at the origin, +x in front)."""
 
-    episode_length: int = 150  # control steps (30 Hz: 5 s)
-    decimation: int = 10  # physics steps per control step (timestep 1/300 s -> 30 Hz control)
-    action_mode: str = "delta"  # "delta" (joint targets relative to the measured position) or "absolute"
-    max_delta: float = 0.08  # rad per control step for arm joints at |a| = 1
-    max_delta_gripper: float = 0.15  # rad per control step for the gripper at |a| = 1
-    init_joint_noise: float = 0.05  # rad, uniform noise around the home pose at reset
     cube_low: list[float] = field(default_factory=lambda: [0.15, -0.09])  # m, x y of the cubes' spawn box
     cube_high: list[float] = field(default_factory=lambda: [0.24, 0.09])  # m
     min_cube_distance: float = 0.05  # m, least distance between two cubes' centres at reset

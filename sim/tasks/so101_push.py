@@ -16,15 +16,10 @@ from sim.tasks import common
 
 
 @dataclass
-class PushConfig:
+class PushConfig(common.ArmTaskConfig):
     """so101_push. Positions in metres in the world frame (the arm's base at the origin, +x in front)."""
 
     episode_length: int = 200  # control steps (30 Hz: 6.7 s)
-    decimation: int = 10  # physics steps per control step (timestep 1/300 s -> 30 Hz control)
-    action_mode: str = "delta"  # "delta" (joint targets relative to the measured position) or "absolute"
-    max_delta: float = 0.08  # rad per control step for arm joints at |a| = 1
-    max_delta_gripper: float = 0.15  # rad per control step for the gripper at |a| = 1
-    init_joint_noise: float = 0.05  # rad, uniform noise around the home pose at reset
     cube_low: list[float] = field(default_factory=lambda: [0.17, -0.05])  # m, x y of the cube's spawn box
     cube_high: list[float] = field(default_factory=lambda: [0.23, 0.05])  # m
     push_distance: list[float] = field(default_factory=lambda: [0.06, 0.09])  # m, cube-to-goal distance range

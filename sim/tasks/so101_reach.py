@@ -16,14 +16,10 @@ from sim.tasks import common
 
 
 @dataclass
-class ReachConfig:
+class ReachConfig(common.ArmTaskConfig):
     """so101_reach. Positions in metres in the world frame (the arm's base at the origin, +x in front)."""
 
     episode_length: int = 100  # control steps (30 Hz: 3.3 s)
-    decimation: int = 10  # physics steps per control step (timestep 1/300 s -> 30 Hz control)
-    action_mode: str = "delta"  # "delta" (joint targets relative to the measured position) or "absolute"
-    max_delta: float = 0.08  # rad per control step for arm joints at |a| = 1
-    max_delta_gripper: float = 0.15  # rad per control step for the gripper at |a| = 1
     init_joint_noise: float = 0.1  # rad, uniform noise around the home pose at reset
     target_low: list[float] = field(default_factory=lambda: [0.10, -0.22, 0.03])  # m
     target_high: list[float] = field(default_factory=lambda: [0.32, 0.22, 0.28])  # m
