@@ -1,0 +1,283 @@
+"""``SO101SimRobot``: a LeRobot ``Robot`` (``--robot.type=so101_sim``) on our MuJoCo SO-101 and a task scene, so
+LeRobot's own tools (``lerobot-teleoperate``, ``lerobot-record``, ``lerobot-rollout``) and ours drive a simulated arm
+exactly as they drive ``so101_follower``.
+
+    robot = SO101SimRobot(SO101SimRobotConfig(task="so101_lift", max_relative_target=5.0))
+    robot.connect()                                   # builds the scene (one env) and starts it
+    obs = robot.get_observation()                     # {"shoulder_pan.pos": deg, ..., "gripper.pos": 0..100,
+                                                      #  "front": uint8 (H, W, 3), "wrist": uint8 (H, W, 3)}
+    sent = robot.send_action({"shoulder_pan.pos": 10.0, ...})   # one control step (1/30 s of simulated time);
+                                                      # returns the goals really written (after max_relative_target)
+    robot.task_success(), robot.instruction           # our tools' view of the task (not a LeRobot feature)
+    robot.reset_scene()                               # a new scene (a person putting the cube back)
+    robot.disconnect()
+
+Features and units are ``so101_follower``'s (``use_degrees=True``): the five body joints in degrees (0 at our model's
+zero pose, the "new calibration" zero of LeRobot's SO-101), the gripper 0..100 over its range (-10 deg closed ..
+100 deg open; ``real.features``). A goal is a joint position target: the simulated STS3215 servos move toward it at
+most the task's ``max_delta`` per control step (0.08 rad = 4.6 deg body, 0.15 rad = 8.6 deg gripper: ~140 deg/s), and
+the action returned is the goal written, as the follower returns its ``Goal_Position``.
+
+Time: each ``send_action`` advances the scene one control step, whatever the wall clock says (lerobot-record's loop
+paces itself at ``fps``; keep ``--dataset.fps=30``, the task's rate). The scene is one continuous world: success does
+not end it and there is no time limit unless ``time_limit_steps`` is set. A new scene starts at ``connect``, on
+``reset_scene()``, and after any pause longer than ``idle_reset_s`` between control calls (LeRobot's recorder pauses
+while it saves an episode: the simulated person resets the scene then, so every recorded episode after the first
+starts from a fresh scene).
+
+Connected instances are listed by ``live_robots()``: the simulated leader (``real.sim_teleop``) finds its robot there.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import torch
+from lerobot.robots.robot import Robot
+from lerobot.robots.utils import ensure_safe_goal_position
+from lerobot.utils.decorators import check_if_already_connected, check_if_not_connected
+
+from policies import keys
+from real import features
+from real.config_sim_robot import SO101SimRobotConfig
+from sim import so101
+from sim.config import SimConfig
+from sim.lerobot_view import LeRobotView
+from sim.randomization import RandomizationConfig
+
+SO101SimConfig = SO101SimRobotConfig  # the short name
+NO_TIME_LIMIT = 2**62  # control steps: an episode length no session reaches
+
+_INSTANCES: weakref.WeakSet[SO101SimRobot] = weakref.WeakSet()
+
+
+def live_robots() -> list[SO101SimRobot]:
+    """Every ``SO101SimRobot`` constructed in this process and not yet garbage-collected, oldest first."""
+    return sorted(_INSTANCES, key=lambda r: r._serial)
+
+
+class SO101SimRobot(Robot):
+    """The simulated SO-101 follower (module docstring). Thread-safe: one lock serialises every call.
+
+    Args:
+        config: the robot's config.
+        task_cfg: optional typed task config (``sim.registry.task_config(config.task, {...})``) for our own tools;
+            default: the task's defaults. Its cameras, time limit and success termination are set by the robot.
+    """
+
+    config_class = SO101SimRobotConfig
+    name = "so101_sim"
+    _count = 0
+
+    def __init__(self, config: SO101SimRobotConfig, task_cfg: Any | None = None) -> None:
+        super().__init__(config)
+        self.config = config
+        self._task_cfg = task_cfg
+        self.cameras: dict[str, tuple[int, int]] = {c: (config.image_height, config.image_width)
+                                                    for c in config.camera_names}  # name -> (H, W)
+        self.lock = threading.RLock()  # held by every call; the simulated leader holds it to read the scene
+        self._view: LeRobotView | None = None
+        self._obs: dict[str, Any] | None = None  # this step's observation, rendered on first read
+        self._success = False
+        self._ended = False
+        self._last_call: float | None = None
+        self.episode_index = -1  # scenes started since connect, minus one (the current scene's index)
+        self.episode_step = 0  # control steps in the current scene
+        self.gripper_range = features.sim_gripper_range()
+        SO101SimRobot._count += 1
+        self._serial = SO101SimRobot._count
+        _INSTANCES.add(self)
+
+    # ------------------------------------------------------------------------------------------- features
+    @cached_property
+    def observation_features(self) -> dict[str, type | tuple]:
+        h, w = self.config.image_height, self.config.image_width
+        return {**dict.fromkeys(features.POS_FEATURES, float), **{c: (h, w, 3) for c in self.cameras}}
+
+    @cached_property
+    def action_features(self) -> dict[str, type]:
+        return dict.fromkeys(features.POS_FEATURES, float)
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    @property
+    def is_connected(self) -> bool:
+        return self._view is not None
+
+    @property
+    def is_calibrated(self) -> bool:
+        return True  # a simulated arm's encoders are exact
+
+    def calibrate(self) -> None:
+        """Nothing to calibrate."""
+
+    def configure(self) -> None:
+        """Nothing to configure (the servos' gains are the model's)."""
+
+    @check_if_already_connected
+    def connect(self, calibrate: bool = True) -> None:
+        """Build the scene (one env of ``config.task`` on the CPU MuJoCo backend) and start it."""
+        import dataclasses
+
+        from sim.registry import make_env, task_config
+
+        c = self.config
+        task_cfg = self._task_cfg if self._task_cfg is not None else task_config(c.task)
+        changes: dict[str, Any] = {"cameras": [], "episode_length": c.time_limit_steps or NO_TIME_LIMIT}
+        if hasattr(task_cfg, "terminate_on_success"):
+            changes["terminate_on_success"] = False
+        task_cfg = dataclasses.replace(task_cfg, **changes)
+        lat = c.action_latency_steps
+        dr = RandomizationConfig(friction=[c.friction_scale] * 2, mass=[c.mass_scale] * 2,
+                                 joint_damping=[c.damping_scale] * 2, armature=[c.armature_scale] * 2,
+                                 actuator_gain=[c.actuator_gain_scale] * 2, action_latency=[lat, lat])
+        sim_cfg = SimConfig(num_envs=1, num_threads=1, seed=c.seed, autoreset=False, randomization=dr)
+        env = make_env(c.task, sim_cfg, task_cfg)
+        with self.lock:
+            self._view = LeRobotView(env, cameras=tuple(c.camera_names) or ("front",),
+                                     image_size=(c.image_height, c.image_width))
+            self.episode_index = -1
+            self._reset(seed=c.seed)
+
+    @check_if_not_connected
+    def disconnect(self) -> None:
+        with self.lock:
+            view, self._view, self._obs = self._view, None, None
+            view.close()
+
+    # -------------------------------------------------------------------------------------------- control
+    @check_if_not_connected
+    def get_observation(self) -> dict[str, Any]:
+        """The joints (body degrees, gripper 0..100) and one uint8 (H, W, 3) image per camera, of the scene now."""
+        with self.lock:
+            self._tick()
+            if self._obs is None:
+                view = self._view
+                rad = view.env_obs[keys.PROPRIO][0]
+                robot_units = features.deg_to_robot(so101.rad_to_deg(rad.double()).float(), self.gripper_range)
+                obs: dict[str, Any] = features.dict_from_vector(robot_units)
+                for cam in self.cameras:
+                    img = view.render(cam)[0]  # uint8 [3, H, W]
+                    obs[cam] = np.ascontiguousarray(img.permute(1, 2, 0).cpu().numpy())
+                self._obs = obs
+            return dict(self._obs)
+
+    @check_if_not_connected
+    def send_action(self, action: dict[str, Any]) -> dict[str, float]:
+        """Write goal positions (``<motor>.pos``: body degrees, gripper 0..100) and advance one control step.
+
+        Motors left out keep their current goal, like a follower whose ``Goal_Position`` was not written; keys
+        without ``.pos`` are ignored (as the follower does).
+
+        Returns:
+            The goals written, after ``max_relative_target`` (``|goal - present|`` capped per motor), only for the
+            motors given.
+
+        Raises:
+            KeyError: a ``.pos`` key that is no SO-101 motor.
+            ValueError: a goal that is not a finite number (nothing is written, the scene does not advance).
+        """
+        goal = {k: v for k, v in action.items() if k.endswith(".pos")}
+        unknown = sorted(set(goal) - set(features.POS_FEATURES))
+        if unknown:
+            raise KeyError(f"so101_sim has no motor(s) {unknown}; its action keys are {list(features.POS_FEATURES)}")
+        for k, v in goal.items():
+            try:
+                ok = np.isfinite(float(v))
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(f"so101_sim: goal {k}={v!r} is not a finite number; nothing was written")
+        with self.lock:
+            self._tick()
+            if self._ended:  # the scene's task timed out or failed: a person sets up the next one
+                self._reset()
+            present = self._present()
+            goal = {k: float(v) for k, v in goal.items()}
+            cap = self.config.max_relative_target
+            if cap is not None:
+                cap = {f"{m}.pos": float(x) for m, x in cap.items()} if isinstance(cap, dict) else float(cap)
+                if isinstance(cap, dict):
+                    cap = {k: cap[k] for k in goal}
+                goal = ensure_safe_goal_position({k: (g, present[k]) for k, g in goal.items()}, cap)
+            held = features.dict_from_vector(self._held_goal())
+            target = features.vector_from_dict({**held, **goal}, "action")
+            target_deg = features.robot_to_deg(target, self.gripper_range)[None]
+            view = self._view
+            view.render_ids = False  # images are rendered when read
+            _, _, terminated, truncated, info = view.step(target_deg.to(view.device))
+            self._success = bool(info[keys.SUCCESS][0])
+            self._ended = bool(terminated[0] or truncated[0])
+            self._goal = target
+            self._obs = None
+            self.episode_step += 1
+            return goal
+
+    # ---------------------------------------------------------------------------------------- our tools
+    @check_if_not_connected
+    def reset_scene(self, seed: int | None = None) -> None:
+        """Start a new scene (arm at home, objects re-placed; ``seed`` reseeds the scene generator)."""
+        with self.lock:
+            self._reset(seed)
+
+    def task_success(self) -> bool:
+        """Whether the scene's task is solved after the last ``send_action`` (False before any)."""
+        return self._success
+
+    @property
+    def instruction(self) -> str:
+        """The current scene's language instruction (e.g. "Pick up the red cube and lift it.")."""
+        self._require_connected()
+        return self._view.instructions[0]
+
+    @property
+    def view(self) -> LeRobotView:
+        """The scene as our ``LeRobotView`` (one env): what the simulated leader's expert reads. Connected only."""
+        self._require_connected()
+        return self._view
+
+    @property
+    def control_dt(self) -> float:
+        """Seconds of simulated time per ``send_action`` (1/30)."""
+        self._require_connected()
+        return self._view.control_dt
+
+    # ------------------------------------------------------------------------------------------ internals
+    def _require_connected(self) -> None:
+        if self._view is None:
+            raise ConnectionError(f"{self} is not connected. Run `.connect()` first.")
+
+    def _reset(self, seed: int | None = None) -> None:
+        view = self._view
+        view.render_ids = False
+        view.reset(seed=seed)
+        self._goal = self._measured_robot_units()
+        self._obs, self._success, self._ended = None, False, False
+        self.episode_index += 1
+        self.episode_step = 0
+        self._last_call = None
+
+    def _tick(self) -> None:
+        """A new scene after a pause of more than ``idle_reset_s`` (module docstring), then restart the clock."""
+        now = time.monotonic()
+        idle = self.config.idle_reset_s
+        if idle is not None and self._last_call is not None and self.episode_step > 0 \
+                and now - self._last_call > idle:
+            self._reset()
+        self._last_call = now
+
+    def _measured_robot_units(self) -> torch.Tensor:
+        rad = self._view.arm.qpos(self._view.env.physics.state.qpos)[0].cpu()
+        return features.deg_to_robot(so101.rad_to_deg(rad.double()).float(), self.gripper_range)
+
+    def _present(self) -> dict[str, float]:
+        """Present positions in robot units (what the follower reads back before capping a goal)."""
+        return features.dict_from_vector(self._measured_robot_units())
+
+    def _held_goal(self) -> torch.Tensor:
+        """float32 [6] robot units: the goals last written (the pose at the scene's start before any)."""
+        return self._goal
