@@ -9,11 +9,13 @@ export MUJOCO_GL ?= egl
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	$(PY) -c 'import sys; assert sys.version_info >= (3, 12), "robot_rl needs Python 3.12+ (LeRobot does); set PY=python3.12"'
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[all,dev]'
+# LeRobot plugins (so101_sim robot, so101_sim_leader teleop, robot_rl policy): LeRobot's CLIs import them by name
+	$(BIN)/pip install -q --no-build-isolation $(foreach p,$(wildcard plugins/lerobot_*),-e $(p))
 	touch $@
 
 train: setup  ## the main job: PPO on so101_reach on the CPU default, then a curve and a video
