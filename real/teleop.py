@@ -1,0 +1,275 @@
+"""Who drives the arm each tick -- the policy or a person at a teleoperator -- and the control session that records
+it (RELIABILITY.md A3, A12; DESIGN.md §6).
+
+    driver = PolicyDriver(policy, safety, robot)           # any exported policy, chunked or not
+    takeover = KeyboardTakeover("space")                    # or ScheduledTakeover([...]) in tests / demos
+    with SafetyGuard(robot, cfg) as guard:
+        result = run_session(env, driver, teleop, takeover, recorder, guard, episodes=5)
+
+Each tick the take-over source is read first; when it is engaged the teleoperator's action is applied in that same
+tick (take-over latency <= 1 tick), recorded with ``intervention = True`` (``actor = human``), the policy's own
+proposal kept in ``policy_action`` (the policy keeps running during a take-over) and the applied, clipped command in
+``action``. When the source releases, the policy's queued chunk is dropped and it plans again from where the arm
+is; every command -- the first after a switch included -- passes the per-tick cap of ``SafetyFilter``. If the
+teleoperator fails during a take-over the arm holds and the session stops (``TeleopLost``): torque goes off through
+the guard; control never silently returns to the policy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from policies import keys
+from real.robot_env import RobotEnv
+from real.safety import ActionRejected, SafetyConfigError, SafetyFilter, SafetyGuard, TeleopLost
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------------------- take-over
+class TakeoverSource(Protocol):
+    def engaged(self) -> bool:
+        """Polled once per tick: whether the person has control now."""
+
+    def close(self) -> None: ...
+
+
+class AlwaysHuman:
+    """Teleoperation only (``robot-rl record``): the person always has control."""
+
+    def engaged(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class NeverHuman:
+    """No take-over device: the policy always drives."""
+
+    def engaged(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class ScheduledTakeover:
+    """A programmable take-over: control switches at the given poll indices (ticks, counted across episodes),
+    starting with the policy. ``ScheduledTakeover([10, 20])``: the person drives ticks 10..19."""
+
+    def __init__(self, switches: Iterable[int]) -> None:
+        self.switches = sorted(int(s) for s in switches)
+        self.tick = 0
+
+    def engaged(self) -> bool:
+        on = sum(s <= self.tick for s in self.switches) % 2 == 1
+        self.tick += 1
+        return on
+
+    def close(self) -> None:
+        pass
+
+
+class KeyboardTakeover:
+    """A key (or a USB foot pedal, which types a key) toggles the take-over, read through LeRobot's
+    ``KeyboardTeleop`` (pynput; needs a display or input device access).
+
+    Args:
+        key: the key's character ("t") or pynput name ("space", "f12").
+    """
+
+    def __init__(self, key: str = "space") -> None:
+        from lerobot.teleoperators.keyboard import KeyboardTeleop, KeyboardTeleopConfig
+
+        try:
+            self.keyboard = KeyboardTeleop(KeyboardTeleopConfig())
+            self.keyboard.connect()
+        except Exception as e:
+            raise SafetyConfigError(f"takeover=keyboard: cannot read the keyboard ({type(e).__name__}: {e}); install "
+                                    "pynput and run with a display, or use takeover=none") from e
+        self.key, self.on, self._down = key, False, False
+
+    def engaged(self) -> bool:
+        pressed = {str(k).removeprefix("Key.") for k in self.keyboard.get_action()}
+        down = self.key in pressed
+        if down and not self._down:  # a press toggles
+            self.on = not self.on
+            log.warning("take-over: %s", "person" if self.on else "policy")
+        self._down = down
+        return self.on
+
+    def close(self) -> None:
+        try:
+            self.keyboard.disconnect()
+        except Exception:  # noqa: BLE001, S110
+            pass
+
+
+# ------------------------------------------------------------------------------------------------- the policy
+class PolicyDriver:
+    """Runs an exported policy one tick at a time and proposes degree targets [1, 6].
+
+    A policy that reads LeRobot frames (its inputs name ``observation.state``: the flow VLA, policies trained offline)
+    acts on the env's frames; one trained in our simulator on task state acts on ``so101_sim``'s scene
+    (``robot.view.env_obs``, its actions turned into joint targets by ``view.to_target``) and is refused on a real
+    arm. Chunks (``horizon`` H > 1) are checked when they arrive (``SafetyFilter.parse_chunk``): a malformed chunk is
+    handed on as it is, for the env's filter to reject (hold, count); the policy is asked again next tick.
+
+    Raises (at construction, before anything moves):
+        SafetyConfigError: the policy's action size differs from the robot's, it reads a camera the robot lacks or
+            at another size, or it needs state the robot cannot give.
+    """
+
+    def __init__(self, policy: Any, safety: SafetyFilter, robot: Any, env: RobotEnv) -> None:
+        feats = policy.processor.features
+        self.policy, self.safety = policy, safety
+        self.horizon, self.executed = int(policy.horizon), int(policy.executed_steps)
+        self.reads_frames = keys.OBS_STATE in feats.inputs
+        safety.check_policy(int(feats.action_dim), self.horizon)
+        if self.reads_frames:
+            for group, shape in feats.inputs.items():
+                if group.startswith(keys.OBS_IMAGES):
+                    have = env.obs_spec.shapes.get(group)
+                    if have is None or list(have) != list(shape):
+                        raise SafetyConfigError(
+                            f"the policy reads {group} {list(shape)}; the robot gives "
+                            f"{'no such camera' if have is None else list(have)} (robot cameras: {list(env.cameras)})")
+                elif group not in (keys.OBS_STATE,):
+                    raise SafetyConfigError(f"the policy reads {group!r}, which a robot frame does not hold")
+            self.view = None
+        else:
+            self.view = getattr(robot, "view", None)
+            if self.view is None:
+                raise SafetyConfigError(
+                    f"the policy reads {sorted(feats.inputs)} (state of a simulated task), which a real arm does not "
+                    "give: deploy a policy trained on LeRobot frames (robot-rl offline), or use robot=so101_sim")
+        self.chunk: torch.Tensor | None = None
+        self.pos = 0
+
+    def reset(self) -> None:
+        """Forget the queued chunk (a new episode, or the policy taking back control)."""
+        self.chunk, self.pos = None, 0
+        self.policy.reset(None)
+
+    @torch.no_grad()
+    def propose(self, frame: dict[str, Any]) -> tuple[Any, torch.Tensor | None]:
+        """``(to_send, proposal)``: what to hand ``env.step`` (degrees [1, 6]; or the malformed output, for the
+        filter to reject) and the proposal in degrees [1, 6] (None when malformed)."""
+        if self.chunk is not None and self.pos < self.executed:
+            a = self.chunk[:, self.pos]
+            self.pos += 1
+            return a, a
+        obs = frame if self.reads_frames else self.view.env_obs
+        dev = self.policy.device
+        obs = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in obs.items()}
+        out = self.policy.act(obs, deterministic=True)
+        try:
+            if self.horizon > 1:
+                chunk = torch.from_numpy(self.safety.parse_chunk(out, self.horizon)).float()[None]
+            else:
+                chunk = torch.from_numpy(self.safety.parse(out)).float()[None, None]
+        except ActionRejected:
+            self.chunk = None
+            return out, None
+        if self.view is not None:  # the env's normalised actions -> joint targets from the scene now
+            chunk = self.view.to_target(chunk[:, 0].to(self.view.device)).cpu()[:, None]
+            chunk = chunk.float()
+        self.chunk, self.pos = chunk, 1
+        return chunk[:, 0], chunk[:, 0]
+
+
+# ------------------------------------------------------------------------------------------------- the session
+@dataclass
+class SessionResult:
+    """What a session did: episodes ended (and written), frames, ticks driven by the person, successes, switches,
+    the filter's rejects and clips, the bus's retries, and the clock's statistics."""
+
+    episodes: int = 0
+    written: int = 0
+    frames: int = 0
+    human_ticks: int = 0
+    successes: int = 0
+    switches: int = 0
+    rejects: int = 0
+    clips: int = 0
+    retries: int = 0
+    clock: dict[str, float] = field(default_factory=dict)
+
+
+def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeover: TakeoverSource,
+                recorder: Any, guard: SafetyGuard | None, episodes: int, stop_on_success: bool = True,
+                seed: int | None = None) -> SessionResult:
+    """Drive ``episodes`` episodes of at most ``env.max_episode_length`` ticks (see the module docstring); with a
+    ``recorder`` (``robot_rl.data.recorder.EpisodeRecorder`` of one env) each episode is written when it ends, the
+    watchdog paused meanwhile (the arm holds its last command).
+
+    Raises:
+        TeleopLost: the teleoperator failed while the person had control (after one holding tick).
+        SafeStop: any other safety stop (``real.safety``).
+    """
+    if driver is None and teleop is None:
+        raise SafetyConfigError("a session needs a policy, a teleoperator, or both")
+    res = SessionResult()
+    human_before = False
+    for ep in range(episodes):
+        frame, _ = env.reset(seed=None if seed is None else seed + ep)
+        if driver is not None:
+            driver.reset()
+        while True:
+            human = driver is None or takeover.engaged()
+            if human != human_before:
+                res.switches += 1
+                log.info("tick %d: %s takes control", env.steps, "the person" if human else "the policy")
+                if not human and driver is not None:
+                    driver.reset()  # plan again from where the arm is
+            human_before = human
+            to_send, proposal = driver.propose(frame) if driver is not None else (None, None)
+            if human:
+                try:
+                    to_send = teleop.get_action()
+                except Exception as e:
+                    env.step(frame[keys.OBS_STATE], actor=keys.ACTOR_HUMAN)  # hold where the arm is
+                    raise TeleopLost(f"the teleoperator failed during a take-over ({type(e).__name__}: {e}); the arm "
+                                     "held position; control was not returned to the policy") from e
+            actor = keys.ACTOR_HUMAN if human else keys.ACTOR_POLICY
+            horizon = driver.horizon if driver is not None and not human else None
+            next_frame, reward, terminated, truncated, info = env.step(to_send, actor=actor, horizon=horizon)
+            applied = info[keys.ACTION_COL]
+            success = info[keys.SUCCESS]
+            done = bool(terminated[0] or truncated[0] or (stop_on_success and success[0]))
+            res.frames += 1
+            res.human_ticks += int(human)
+            if recorder is not None:
+                policy_action = proposal if proposal is not None and bool(torch.isfinite(proposal).all()) else applied
+                if done and guard is not None:
+                    with guard.paused():
+                        written = recorder.add(frame, applied, reward, success, torch.tensor([done]), actor=actor,
+                                               policy_action=policy_action)
+                else:
+                    written = recorder.add(frame, applied, reward, success, torch.tensor([done]), actor=actor,
+                                           policy_action=policy_action)
+                res.written += len(written)
+            frame = next_frame
+            if done:
+                env.end_episode()
+                res.episodes += 1
+                res.successes += int(success[0])
+                break
+    res.rejects, res.clips, res.retries = env.safety.rejects, env.safety.clips, env.reads.retries
+    res.clock = env.clock.stats()
+    return res
+
+
+def as_numpy(x: torch.Tensor) -> np.ndarray:
+    return x.detach().cpu().numpy()
+
+
+__all__ = ["AlwaysHuman", "KeyboardTakeover", "NeverHuman", "PolicyDriver", "ScheduledTakeover", "SessionResult",
+           "TakeoverSource", "run_session"]
