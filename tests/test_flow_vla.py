@@ -11,6 +11,8 @@ import torch
 
 from policies import ActionQueue, FlowVLAConfig, FlowVLAPolicy, keys, load_policy
 from policies.flow_vla import CONDITION_KEY
+from policies.flow_vla.config import RELATIVE_STATS_KEY
+from policies.flow_vla.policy import relative_chunk_stats
 from policies.flow_vla.encoders import PAD_ID, UNK_ID, build_vocab, tokenize, word_index
 from policies.flow_vla.flow import (
     euler_integrate,
@@ -37,7 +39,9 @@ def _tiny_cfg(**kw) -> FlowVLAConfig:
 def _stats() -> dict:
     return {keys.OBS_STATE: {"mean": [0.0, 10, -20, 30, 0, 15], "std": [20.0, 30, 30, 25, 60, 10], "count": [500]},
             keys.ACTION_COL: {"mean": [1.0, 11, -19, 29, 0, 20], "std": [22.0, 31, 29, 24, 61, 12],
-                              "min": [-40.0] * 6, "max": [40.0] * 6}}
+                              "min": [-40.0] * 6, "max": [40.0] * 6},
+            RELATIVE_STATS_KEY: {"mean": [[0.5 * h, 1, -1, 0, 0, 2] for h in range(4)],
+                                 "std": [[2.0 + h, 3, 3, 2, 6, 1] for h in range(4)]}}
 
 
 def _policy(**kw) -> FlowVLAPolicy:
@@ -148,7 +152,7 @@ def test_vocabulary_and_unknown_words():
 
 # ---------------------------------------------------------------------------------------------- the policy
 def test_loss_is_zero_for_the_exact_velocity_and_uses_the_action_statistics():
-    pol = _policy()
+    pol = _policy(relative_actions=False)
     pol.eval()
     batch = _batch(3)
     eps, t = torch.randn(3, 4, 6), torch.tensor([0.2, 0.5, 0.9])
@@ -161,9 +165,47 @@ def test_loss_is_zero_for_the_exact_velocity_and_uses_the_action_statistics():
     assert float(pol.loss(batch, noise=eps, time=t)[0]) == pytest.approx(1.0)
 
 
-def test_overfits_a_tiny_fixed_batch():
-    pol = _policy(random_shift=0)
+def test_relative_actions_normalise_the_chunk_minus_the_state_per_step():
+    pol = _policy()
+    pol.eval()
+    batch = _batch(3)
+    rel = _stats()[RELATIVE_STATS_KEY]
+    a_norm = (batch[keys.ACTION_COL] - batch[keys.OBS_STATE][:, None, :] - torch.tensor(rel["mean"])) / torch.tensor(
+        rel["std"])
+    eps, t = torch.randn(3, 4, 6), torch.tensor([0.2, 0.5, 0.9])
+    pol.model.velocity = lambda ctx, x, tt, cond: eps - a_norm
+    assert float(pol.loss(batch, noise=eps, time=t)[0]) == 0.0
+    # act() maps the expert's output back to absolute targets around the frame's joints
+    x = torch.randn(3, 4, 6)
+    back = pol.denormalize_actions(x, batch[keys.OBS_STATE])
+    torch.testing.assert_close(back, x * torch.tensor(rel["std"]) + torch.tensor(rel["mean"])
+                               + batch[keys.OBS_STATE][:, None, :])
+    torch.testing.assert_close(pol.normalize_actions(back, batch[keys.OBS_STATE]), x)
+    with pytest.raises(KeyError, match=RELATIVE_STATS_KEY):
+        FlowVLAPolicy.from_stats({k: v for k, v in _stats().items() if k != RELATIVE_STATS_KEY}, TASKS, _tiny_cfg())
+    with pytest.raises(ValueError, match="same joints in the same order"):
+        FlowVLAPolicy.from_stats(_stats(), TASKS, _tiny_cfg(), state_names=list("abcdef"),
+                                 action_names=list("abcdfe"))
+
+
+def test_relative_chunk_stats_by_hand():
+    # one joint; episode 0 = frames 0, 1 (q 0, 10; a 1, 12), episode 1 = frame 2 (q 5; a 4); H = 2, chunks padded
+    # with the episode's last action: deltas h=0: 1, 2, -1; h=1: 12, 2, -1
+    state, action = torch.tensor([[0.0], [10.0], [5.0]]), torch.tensor([[1.0], [12.0], [4.0]])
+    out = relative_chunk_stats(state, action, torch.tensor([1, 1, 2]), horizon=2)
+    torch.testing.assert_close(out["mean"], torch.tensor([[2 / 3], [13 / 3]]))
+    torch.testing.assert_close(out["std"], torch.tensor([[math.sqrt(14 / 9)], [math.sqrt(278 / 9)]]))
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_overfits_a_tiny_fixed_batch(relative):
     batch = _batch(8)
+    stats = _stats()
+    if relative:  # statistics that fit the batch, as relative_chunk_stats gives them for a dataset
+        delta = batch[keys.ACTION_COL] - batch[keys.OBS_STATE][:, None, :]
+        stats[RELATIVE_STATS_KEY] = {"mean": delta.mean(0), "std": delta.std(0)}
+    torch.manual_seed(0)
+    pol = FlowVLAPolicy.from_stats(stats, TASKS, _tiny_cfg(random_shift=0, relative_actions=relative))
     g = torch.Generator().manual_seed(5)
     eval_noise, eval_time = torch.randn(8, 4, 6, generator=g), sample_time(8, generator=g)
 
@@ -185,7 +227,7 @@ def test_overfits_a_tiny_fixed_batch():
     # and the sampled chunks move to the demonstrated ones (normalised error well under the data's spread of 1)
     pol.eval()
     frame = {k: v for k, v in batch.items() if k not in (keys.ACTION_COL, keys.ACTION_IS_PAD)}
-    err = (pol.act(frame) - batch[keys.ACTION_COL]) / pol.action_std
+    err = (pol.act(frame) - batch[keys.ACTION_COL]) / (pol.delta_std if relative else pol.action_std)
     assert float(err[~batch[keys.ACTION_IS_PAD]].pow(2).mean()) < 0.25
 
 
@@ -249,8 +291,9 @@ def test_conditioning_dropout_and_guidance():
     for beta in (0.0, 1.0, 2.0):
         pol.cfg.guidance_beta = beta
         outs[beta] = pol.act(frame, noise=noise)
-    torch.testing.assert_close(outs[0.0], uncond * pol.action_std + pol.action_mean, rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(outs[1.0], positive * pol.action_std + pol.action_mean, rtol=1e-5, atol=1e-4)
+    state = frame[keys.OBS_STATE]
+    torch.testing.assert_close(outs[0.0], pol.denormalize_actions(uncond, state), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(outs[1.0], pol.denormalize_actions(positive, state), rtol=1e-5, atol=1e-4)
     assert not torch.allclose(outs[2.0], outs[1.0])
     neg = pol.act(frame | {CONDITION_KEY: torch.tensor([False, False])}, noise=noise)
     assert not torch.allclose(neg, outs[2.0])

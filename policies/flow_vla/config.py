@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 CONDITION_KEY = "advantage_indicator"  # batch / frame key: float or bool [B], RECAP's "good action" indicator
+# Dataset statistics entry of the chunk relative to the state: {"mean", "std"} [H, A] (see ``relative_chunk_stats``).
+RELATIVE_STATS_KEY = "action.relative_to_state"
 PAD_TOKEN, UNK_TOKEN = "<pad>", "<unk>"  # token ids 0 and 1; the vocabulary's words take ids 2, 3, ...
 
 
@@ -53,6 +55,11 @@ class FlowVLAConfig:
     # the grounding task above it doubled the final-step error of random-noise samples.
     noise_seed: int = 0
     action_std_min: float = 1e-2  # degrees: floor of the action std used for normalisation (constant joints)
+    # Predict each chunk relative to the joints at its first frame (a_h - q, normalised per chunk step h by the
+    # dataset's statistics of that difference) instead of as absolute targets; the policy's input and output stay
+    # absolute targets in degrees (LeRobot's action), only the expert's space changes. Needs state and action to be
+    # the same joints in the same order (checked against their names when known).
+    relative_actions: bool = True
 
     def __post_init__(self) -> None:
         if not self.cameras:
@@ -64,6 +71,9 @@ class FlowVLAConfig:
         if len(self.conv_channels) != len(self.conv_strides) or not self.conv_channels:
             raise ValueError(f"conv_channels {self.conv_channels} and conv_strides {self.conv_strides} must have the "
                              f"same, non-zero length")
+        if self.relative_actions and self.state_dim != self.action_dim:
+            raise ValueError(f"relative_actions needs state_dim == action_dim (the same joints), got {self.state_dim} "
+                             f"and {self.action_dim}")
         if self.time_dim % 2:
             raise ValueError(f"time_dim must be even, got {self.time_dim}")
         if not 0.0 <= self.cond_dropout < 1.0:

@@ -3,7 +3,8 @@
 Frames follow LeRobot's convention (``policies.keys``): ``observation.state`` float [N, P] degrees,
 ``observation.images.<camera>`` uint8 [N, 3, H, W] (sim, robot) or float [0, 1] (datasets), ``task`` list[str].
 Actions are joint position targets in degrees, chunks [N, H, A]. Normalisation: the state through the processor
-(dataset mean/std), the actions by the ``action_mean`` / ``action_std`` buffers saved with the weights; images are
+(dataset mean/std), the actions by the ``action_mean`` / ``action_std`` buffers saved with the weights, or, with
+``cfg.relative_actions``, the chunk minus the frame's joints by ``delta_mean`` / ``delta_std`` [H, A]; images are
 scaled to [-1, 1]. No privileged simulator state is read.
 
 Sampling (``act``): x_1 = ε (when ``deterministic``, one fixed draw ε* from ``cfg.noise_seed`` for every env: the
@@ -23,7 +24,7 @@ import torch
 
 from policies import keys
 from policies.base import Policy
-from policies.flow_vla.config import CONDITION_KEY, FlowVLAConfig
+from policies.flow_vla.config import CONDITION_KEY, RELATIVE_STATS_KEY, FlowVLAConfig
 from policies.flow_vla.encoders import build_vocab, random_shift, split_words, to_unit_range, tokenize, word_index
 from policies.flow_vla.flow import (
     euler_integrate,
@@ -75,6 +76,8 @@ class FlowVLAPolicy(Policy):
         self.model = FlowVLAModel(cfg)
         self.register_buffer("action_mean", torch.zeros(cfg.action_dim))  # degrees
         self.register_buffer("action_std", torch.ones(cfg.action_dim))  # degrees
+        self.register_buffer("delta_mean", torch.zeros(cfg.horizon, cfg.action_dim))  # degrees, a_h - q per step h
+        self.register_buffer("delta_std", torch.ones(cfg.horizon, cfg.action_dim))  # degrees
         self._word_ids = word_index(cfg.vocab)
 
     @classmethod
@@ -89,6 +92,9 @@ class FlowVLAPolicy(Policy):
             state_names, action_names: optional joint names recorded in the processor (LeRobot's feature names).
         """
         cfg = dataclasses.replace(cfg or FlowVLAConfig(), vocab=build_vocab(tasks))
+        if cfg.relative_actions and state_names and action_names and list(state_names) != list(action_names):
+            raise ValueError(f"relative_actions needs the state and the action to be the same joints in the same "
+                             f"order; the state is {list(state_names)}, the action {list(action_names)}")
         longest = max((len(split_words(t)) for t in tasks), default=0)
         if longest > cfg.max_words:
             raise ValueError(f"a training task has {longest} words, more than max_words={cfg.max_words}")
@@ -107,7 +113,8 @@ class FlowVLAPolicy(Policy):
     # ------------------------------------------------------------------------------------------ statistics
     @torch.no_grad()
     def set_stats(self, stats: Stats) -> None:
-        """Set the state normaliser and the action normalisation from dataset statistics (degrees).
+        """Set the state normaliser and the action normalisation from dataset statistics (degrees); with
+        ``cfg.relative_actions`` also ``stats[RELATIVE_STATS_KEY]`` {"mean", "std"} [H, A] (``relative_chunk_stats``).
 
         Raises:
             KeyError: ``observation.state`` or ``action`` (or their "mean"/"std") is missing.
@@ -122,6 +129,26 @@ class FlowVLAPolicy(Policy):
         norm.count.fill_(float(torch.as_tensor(count).reshape(-1)[0]) if count is not None else 1.0)
         self.action_mean.copy_(action_mean)
         self.action_std.copy_(action_std.clamp_min(self.cfg.action_std_min))
+        if self.cfg.relative_actions:
+            if RELATIVE_STATS_KEY not in stats:
+                raise KeyError(f"relative_actions needs the statistics {RELATIVE_STATS_KEY!r} of the chunk minus the "
+                               f"state (policies.flow_vla.policy.relative_chunk_stats); they have {sorted(stats)}")
+            shape = (self.cfg.horizon, self.cfg.action_dim)
+            delta_mean, delta_std = _mean_std(stats, RELATIVE_STATS_KEY, shape[0] * shape[1])
+            self.delta_mean.copy_(delta_mean.view(shape))
+            self.delta_std.copy_(delta_std.view(shape).clamp_min(self.cfg.action_std_min))
+
+    def normalize_actions(self, action: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """Chunks [N, H, A] of targets (degrees) -> the expert's normalised space, given the frame's joints [N, P]."""
+        if self.cfg.relative_actions:
+            return (action - state[:, None, :] - self.delta_mean) / self.delta_std
+        return (action - self.action_mean) / self.action_std
+
+    def denormalize_actions(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """The inverse of ``normalize_actions``: targets in degrees [N, H, A]."""
+        if self.cfg.relative_actions:
+            return x * self.delta_std + self.delta_mean + state[:, None, :]
+        return x * self.action_std + self.action_mean
 
     def _state_normalizer(self) -> EmpiricalNormalizer:
         return dict(zip(self.processor.normalized, self.processor.normalizers.values(), strict=True))[keys.OBS_STATE]
@@ -179,7 +206,7 @@ class FlowVLAPolicy(Policy):
                              f"[B, {cfg.horizon}, {cfg.action_dim}] chunks")
         is_pad = batch.get(keys.ACTION_IS_PAD)
         is_pad = None if is_pad is None else is_pad.to(self.device).bool().reshape(b, cfg.horizon)
-        a = (action - self.action_mean) / self.action_std
+        a = self.normalize_actions(action, self._raw_state(batch, b))
         eps = torch.randn_like(a) if noise is None else noise.to(a)
         t = sample_time(b, cfg.time_alpha, cfg.time_scale, cfg.time_offset, device=self.device) if time is None \
             else time.to(a)
@@ -222,7 +249,14 @@ class FlowVLAPolicy(Policy):
         else:
             x1 = self.fixed_noise(n) if deterministic else torch.randn(shape, device=self.device)
         x0 = self._integrate(context, x1, obs.get(CONDITION_KEY))
-        return x0 * self.action_std + self.action_mean
+        return self.denormalize_actions(x0, self._raw_state(obs, n))
+
+    def _raw_state(self, frame: Mapping[str, Any], n: int) -> torch.Tensor:
+        """The frame's joints in degrees [n, P] (the anchor of relative chunks)."""
+        state = frame[keys.OBS_STATE].to(self.device).float()
+        if tuple(state.shape) != (n, self.cfg.state_dim):
+            raise ValueError(f"{keys.OBS_STATE!r} has shape {list(state.shape)}, expected [{n}, {self.cfg.state_dim}]")
+        return state
 
     def fixed_noise(self, n: int) -> torch.Tensor:
         """ε* [n, H, A]: one N(0, I) draw from ``cfg.noise_seed`` (on the CPU generator), repeated for n envs."""
@@ -269,3 +303,20 @@ def _mean_std(stats: Stats, feature: str, dim: int) -> tuple[torch.Tensor, torch
     if bool((out[1] < 0).any()):
         raise ValueError(f"dataset statistic {feature}.std is negative: {out[1].tolist()}")
     return out[0], out[1]
+
+
+def relative_chunk_stats(state: torch.Tensor, action: torch.Tensor, episode_end: torch.Tensor,
+                         horizon: int) -> dict[str, torch.Tensor]:
+    """Mean and std [H, A] over every frame i of a dataset of a_{min(i + h, end_i)} - q_i, h = 0..H-1: the
+    statistics ``relative_actions`` normalises by (chunks padded past an episode's end by its last action, as the
+    loader pads them).
+
+    Args:
+        state: joints q [N, P] degrees, frames in dataset order; action: targets [N, A] degrees (A == P);
+        episode_end: the index of each frame's episode's last frame [N]; horizon: H.
+    """
+    if state.shape != action.shape:
+        raise ValueError(f"state {list(state.shape)} and action {list(action.shape)} must have the same shape")
+    idx = torch.minimum(torch.arange(len(state))[:, None] + torch.arange(horizon), episode_end.long()[:, None])
+    delta = action.double()[idx] - state.double()[:, None, :]  # [N, H, A]
+    return {"mean": delta.mean(0).float(), "std": delta.std(0, correction=0).float()}

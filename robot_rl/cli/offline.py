@@ -98,6 +98,8 @@ def build_policy(policy_raw: dict[str, Any], sampler: Any) -> Any:
     normalisation statistics and task vocabulary."""
     from policies import keys
     from policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
+    from policies.flow_vla.config import RELATIVE_STATS_KEY
+    from policies.flow_vla.policy import relative_chunk_stats
 
     feats = sampler.features
     if not sampler.image_keys:
@@ -108,7 +110,10 @@ def build_policy(policy_raw: dict[str, Any], sampler: Any) -> Any:
              "image_size": [int(img[-2]), int(img[-1])], "state_dim": int(feats[keys.OBS_STATE][0][-1]),
              "action_dim": int(feats[keys.ACTION_COL][0][-1])}
     cfg = typed(FlowVLAConfig, {**policy_raw, **sized}, "algo.policy")
-    return FlowVLAPolicy.from_stats(sampler.stats, sampler.tasks, cfg, state_names=sampler.names[keys.OBS_STATE],
+    stats = dict(sampler.stats)
+    if cfg.relative_actions:  # the statistics of chunks relative to the joints, over the frames the sampler holds
+        stats[RELATIVE_STATS_KEY] = relative_chunk_stats(sampler.state, sampler.action, sampler.ep_end, cfg.horizon)
+    return FlowVLAPolicy.from_stats(stats, sampler.tasks, cfg, state_names=sampler.names[keys.OBS_STATE],
                                     action_names=sampler.names[keys.ACTION_COL])
 
 

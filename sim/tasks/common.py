@@ -40,13 +40,27 @@ def validate_cameras(cameras: list[str]) -> None:
         raise ValueError(f"unknown camera(s) {bad}; the SO-101 scene has {list(CAMERAS)}")
 
 
+# The scene's visual-only markers (mocap sites, no physics), by the task element they show.
+MARKER_SITES = {"target": ("target", "target_pole"), "goal": ("goal",)}
+
+
 def scene_spec(sites: tuple[str, ...] = (), bodies: tuple[str, ...] = (), quats: tuple[str, ...] = (),
-               linvel_bodies: tuple[str, ...] = ()) -> mujoco.MjSpec:
+               linvel_bodies: tuple[str, ...] = (), markers: tuple[str, ...] = ()) -> mujoco.MjSpec:
     """The SO-101 table scene with a ``framepos`` sensor ``<name>_pos`` per site/body the task reads.
 
     Tasks read world poses through sensors so every backend serves them the same way (``SimState.sensor``).
+    ``markers`` names the visual markers the task shows (``MARKER_SITES``: the reach target, the push goal); the
+    others are made fully transparent, so a camera never sees a marker that means nothing in this task.
     """
+    unknown = set(markers) - set(MARKER_SITES)
+    if unknown:
+        raise ValueError(f"unknown scene markers {sorted(unknown)}; known: {sorted(MARKER_SITES)}")
     spec = mujoco.MjSpec.from_file(str(so101.SCENE_XML))
+    for marker, names in MARKER_SITES.items():
+        if marker not in markers:
+            for name in names:
+                site = spec.site(name)
+                site.rgba = [*list(site.rgba)[:3], 0.0]
     for s in sites:
         spec.add_sensor(name=f"{s}_pos", type=mujoco.mjtSensor.mjSENS_FRAMEPOS, objtype=mujoco.mjtObj.mjOBJ_SITE,
                         objname=s)

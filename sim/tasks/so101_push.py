@@ -53,7 +53,7 @@ class PushTask(Task):
         self.action_dim = 6
 
     def build_spec(self) -> mujoco.MjSpec:
-        spec = common.scene_spec(sites=("ee", "grasp"), bodies=("cube",), linvel_bodies=("cube",))
+        spec = common.scene_spec(sites=("ee", "grasp"), bodies=("cube",), linvel_bodies=("cube",), markers=("goal",))
         return spec
 
     def bind(self, model: mujoco.MjModel, num_envs: int, device: torch.device) -> None:

@@ -50,7 +50,7 @@ class ReachTask(Task):
         self.action_dim = 6
 
     def build_spec(self) -> mujoco.MjSpec:
-        return common.scene_spec(sites=("ee",))
+        return common.scene_spec(sites=("ee",), markers=("target",))
 
     def bind(self, model: mujoco.MjModel, num_envs: int, device: torch.device) -> None:
         self.arm = so101.SO101Arm(model, device, self.cfg.max_delta, self.cfg.max_delta_gripper, self.cfg.action_mode)
