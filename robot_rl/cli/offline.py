@@ -1,6 +1,6 @@
 """``robot-rl offline``: train a policy on a LeRobotDataset v3 on disk, with no simulator.
 
-    robot-rl offline algo=bc dataset.root=DIR [steps=N] [max_minutes=M] [run_dir=DIR] [resume=RUN]
+    robot-rl offline algo=bc|recap|awr dataset.root=DIR [steps=N] [max_minutes=M] [run_dir=DIR] [resume=RUN]
 
 The dataset may be ours (``robot-rl collect``) or any LeRobotDataset v3 with SO-101-style features (recorded by
 LeRobot's own tools). The policy is the flow-matching VLA (``policies.flow_vla``), sized from the dataset: its
@@ -8,6 +8,12 @@ cameras, state and action sizes, normalisation statistics and task vocabulary; i
 ``algo.policy.*``. Progress bar, TensorBoard, a learning curve, checkpoints that resume exactly (the data's
 fingerprint is checked), and the exported policy in every checkpoint (``<run>/checkpoints/<it>/policy``), which
 ``robot-rl eval checkpoint=<run> task=<task>`` evaluates in simulation.
+
+``algo=recap`` and ``algo=awr`` (``robot_rl.algos.recap``, ``robot_rl.algos.awr``) first fit a value model on every
+frame and label the frames (``<run>/value``, the sidecar ``<run>/labels``; a resumed run reuses them), then train the
+same policy for ``steps`` gradient steps: RECAP conditioned on the advantage indicator (sampled with CFG β =
+``algo.policy.guidance_beta``), AWR on a sampler that oversamples high-advantage frames. Both need the dataset's
+``next.success`` column and refuse a dataset without it before decoding anything. The dataset is only read.
 """
 
 from __future__ import annotations
@@ -70,14 +76,26 @@ def offline_algo_schemas() -> dict[str, dict[str, Any]]:
     """configs/algo/<name>.yaml of the offline learners: the learner's keys and the policy's (sizes that the
     dataset decides left out)."""
     from policies.flow_vla import FlowVLAConfig
+    from robot_rl.algos.awr import AWRConfig
     from robot_rl.algos.bc import BCConfig
+    from robot_rl.algos.recap import ValueTrainConfig
     from robot_rl.cli.schemas import defaults_of
+    from robot_rl.data.labels import LabelConfig
+    from robot_rl.models.value import ValueConfig
 
-    return {"bc": {"name": "bc", **defaults_of(BCConfig, ("total_updates",)),
-                   "policy": defaults_of(FlowVLAConfig, DATA_SIZED)}}
+    bc = {**defaults_of(BCConfig, ("total_updates",)), "policy": defaults_of(FlowVLAConfig, DATA_SIZED)}
+    advantages = {"value": {**defaults_of(ValueTrainConfig, ("model",)),
+                            "model": defaults_of(ValueConfig, VALUE_SIZED)},
+                  "labels": defaults_of(LabelConfig)}
+    recap_policy = defaults_of(FlowVLAConfig, (*DATA_SIZED, "conditioning"))  # RECAP turns conditioning on
+    return {"bc": {"name": "bc", **bc},
+            "recap": {"name": "recap", **bc, "policy": recap_policy, **advantages},
+            "awr": {"name": "awr", **bc, **advantages, "awr": defaults_of(AWRConfig)}}
 
 
 DATA_SIZED = ("cameras", "image_size", "state_dim", "action_dim")  # FlowVLAConfig fields the dataset decides
+VALUE_SIZED = ("cameras", "image_size", "state_dim", "vocab")  # ValueConfig fields the dataset decides
+OFFLINE_ALGOS = ("bc", "recap", "awr")
 
 
 @dataclass
@@ -142,8 +160,8 @@ def build_offline(cfg: Any) -> OfflineTraining:
     log_s = typed(LoggerConfig, raw.pop("logger"), "logger")
     s = typed(OfflineSettings, raw, "")
     algo_name = algo_raw.pop("name")
-    if algo_name != "bc":
-        raise ValueError(f"bad config: algo={algo_name!r} for robot-rl offline; allowed: ['bc']")
+    if algo_name not in OFFLINE_ALGOS:
+        raise ValueError(f"bad config: algo={algo_name!r} for robot-rl offline; allowed: {list(OFFLINE_ALGOS)}")
     if not data_raw.get("root"):
         raise ValueError("bad config: dataset.root is required (a LeRobotDataset v3 folder)")
     device = resolve_device(s.device)
@@ -151,21 +169,43 @@ def build_offline(cfg: Any) -> OfflineTraining:
     torch.set_num_threads(s.torch_threads)
     ckpt = load_checkpoint(s.resume) if s.resume else None
     policy_raw = algo_raw.pop("policy", {})
+    adv_cfg, awr_cfg = None, None
+    if algo_name in ("recap", "awr"):  # settings and the outcome column checked before anything is decoded
+        from robot_rl.algos.awr import AWRConfig
+        from robot_rl.algos.recap import (
+            AdvantageConfig,
+            check_outcome_columns,
+            outcome_columns,
+            recap_policy_overrides,
+        )
+        from robot_rl.data.lerobot_loader import read_meta
+
+        adv_cfg = typed(AdvantageConfig, {"value": algo_raw.pop("value"), "labels": algo_raw.pop("labels")}, "algo")
+        if algo_name == "awr":
+            awr_cfg = typed(AWRConfig, algo_raw.pop("awr"), "algo.awr")
+        else:
+            policy_raw = recap_policy_overrides(policy_raw)
+        data_meta = read_meta(data_raw["root"])
+        check_outcome_columns(data_meta)
+        extra = list(data_raw.get("extra_columns") or [])
+        data_raw["extra_columns"] = extra + [c for c in outcome_columns(data_meta) if c not in extra]
     horizon = int(policy_raw.get("horizon", FlowVLAConfig.horizon))  # the chunks the policy learns to predict
     sampler = ChunkSampler(typed(ChunkDatasetConfig, {**data_raw, "horizon": horizon, "history": 1}, "dataset"))
     policy = build_policy(policy_raw, sampler)
     bc_cfg = typed(BCConfig, {**algo_raw, "total_updates": s.steps}, "algo")
-    algo = BC(policy, bc_cfg, device)
     if ckpt is not None:
         run_dir = Path(s.run_dir) if s.run_dir else ckpt.path.parent.parent
     else:
         stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
         run_dir = Path(s.run_dir or f"runs/offline_{algo_name}_{stamp}")
-    meta = {"algo": algo_name, "policy_type": policy.type_name, "dataset_root": str(data_raw["root"]),
-            "config": full}
     remove_partial_writes(run_dir / CHECKPOINTS_DIR)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    meta = {"algo": algo_name, "policy_type": policy.type_name, "dataset_root": str(data_raw["root"]),
+            "config": full}
+    if adv_cfg is not None:
+        sampler, meta["labels"] = _advantage_sampler(algo_name, sampler, adv_cfg, awr_cfg, run_dir, device)
+    algo = BC(policy, bc_cfg, device)
     runner_cfg = OfflineRunnerConfig(total_updates=s.steps, max_minutes=s.max_minutes,
                                      updates_per_iteration=s.updates_per_iteration,
                                      checkpoint_every=s.checkpoint_every)
@@ -179,6 +219,27 @@ def build_offline(cfg: Any) -> OfflineTraining:
         logger.truncate_curve(runner.iteration)
         print(f"resumed from {ckpt.path} at update {runner.updates}", file=sys.stderr)
     return OfflineTraining(full, s, sampler, algo, runner, logger, run_dir)
+
+
+def _advantage_sampler(algo_name: str, sampler: Any, adv_cfg: Any, awr_cfg: Any, run_dir: Path,
+                       device: torch.device) -> tuple[Any, dict[str, Any]]:
+    """RECAP's and AWR's first stages (value model, labels, both reused on resume) and the sampler the policy then
+    trains on: batches with the indicator (recap) or drawn by advantage weights (awr). Returns it and a summary."""
+    from robot_rl.algos.awr import weights_from_labels
+    from robot_rl.algos.recap import ConditionedSampler, prepare_advantages
+
+    def log(step: int, scalars: dict[str, float]) -> None:
+        if step % 500 == 0 or step == adv_cfg.value.steps:
+            print(f"value model: step {step}/{adv_cfg.value.steps}: " + ", ".join(
+                f"{k} {v:.4f}" for k, v in scalars.items()), file=sys.stderr)
+
+    labels, summary = prepare_advantages(sampler, adv_cfg, run_dir, device, log)
+    summary = {**summary, "positive_fraction": labels.positive_fraction,
+               "thresholds": {str(k): v for k, v in labels.thresholds.items()}}
+    if algo_name == "recap":
+        return ConditionedSampler(sampler, labels.advantage_indicator), summary
+    sampler.set_weights(weights_from_labels(labels, awr_cfg))
+    return sampler, summary
 
 
 def offline(cfg: Any) -> Path:

@@ -1,0 +1,306 @@
+"""RECAP (π*0.6's advantage-conditioned policy extraction) on logged LeRobot frames.
+
+1. **Value.** A distributional value model (``robot_rl.models.value``) is fitted to every logged frame's value
+   target (demos, autonomous rollouts, interventions alike): y = −(steps to success)/M, failures −1
+   (``robot_rl.data.labels``).
+2. **Labels.** Its predictions give N-step advantages A_t = Σ_{k<N} r_{t+k} + V(o_{t+N}) − V(o_t); the indicator
+   I_t = 1[A_t ≥ the task's (1 − positive_fraction) quantile], forced to 1 on intervention frames. Value, advantage
+   and indicator are written to a sidecar in the run folder, never into the dataset.
+3. **Extraction.** The flow VLA is trained by plain behaviour cloning (``robot_rl.algos.bc.BC``) on batches that
+   carry the indicator as its conditioning input (``policies.flow_vla.CONDITION_KEY``; the policy drops it with
+   probability ``cond_dropout`` so it also learns the unconditional velocity) and samples with classifier-free
+   guidance v = v_u + β (v_c − v_u), β = ``guidance_beta`` saved in its config: the exported policy needs no value
+   model at run time.
+
+AWR (``robot_rl.algos.awr``) shares steps 1-2 and oversamples high-advantage frames instead of conditioning.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies import keys
+from policies.flow_vla import CONDITION_KEY
+from robot_rl.algos.guard import NonFiniteGuard
+from robot_rl.data.labels import LabelConfig, Labels, compute_labels, read_sidecar, targets_for, write_sidecar
+from robot_rl.models.value import ValueConfig, ValueModel
+from robot_rl.models.voc import success_auc, value_order_correlation
+
+VALUE_DIR, LABELS_DIR = "value", "labels"  # inside the run folder
+VALUE_TARGET = "value_target"  # batch key of the value model's targets
+
+
+@dataclass
+class ValueTrainConfig:
+    """How the value model is fitted (``algo.value.*``); its architecture is ``algo.value.model.*``."""
+
+    steps: int = 2000  # gradient steps
+    batch_size: int = 64  # frames per step
+    learning_rate: float = 3e-4  # AdamW
+    weight_decay: float = 1e-4
+    max_grad_norm: float = 1.0
+    seed: int = 0  # the generator drawing its frames (the policy's sampler stream is left untouched)
+    eval_batch_size: int = 256  # frames per forward pass when labelling
+    model: ValueConfig = field(default_factory=ValueConfig)
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.eval_batch_size < 1:
+            raise ValueError("value steps, batch_size and eval_batch_size must be >= 1")
+        if self.learning_rate <= 0 or self.max_grad_norm <= 0:
+            raise ValueError("value learning_rate and max_grad_norm must be > 0")
+
+
+@dataclass
+class AdvantageConfig:
+    """What RECAP and AWR share: the value model's training and the labels."""
+
+    value: ValueTrainConfig = field(default_factory=ValueTrainConfig)
+    labels: LabelConfig = field(default_factory=LabelConfig)
+
+
+# ------------------------------------------------------------------------------------------- value learner
+class ValueLearner:
+    """Fits a ``ValueModel`` by cross-entropy to per-frame targets, on frames drawn uniformly from a sampler's rows
+    with its own generator (``sampler.batch(rows)``).
+
+    Args:
+        model: the value model (statistics set).
+        cfg: the training settings.
+        device: where it trains.
+    """
+
+    def __init__(self, model: ValueModel, cfg: ValueTrainConfig, device: torch.device | str = "cpu") -> None:
+        self.model, self.cfg, self.device = model.to(device), cfg, torch.device(device)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.guard = NonFiniteGuard(10)
+        self.updates = 0
+
+    def update(self, batch: dict[str, Any], target: torch.Tensor) -> dict[str, float]:
+        """One AdamW step on a frame batch and its targets [B] (value units)."""
+        self.model.train()
+        loss, metrics = self.model.loss(batch, target)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.updates += 1
+        if not self.guard.check(loss, grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            return {"nonfinite_skips": float(self.guard.skipped)}
+        self.optimizer.step()
+        return {**metrics, "value/grad_norm": float(grad_norm)}
+
+    def fit(self, sampler: Any, targets: torch.Tensor, log: Callable[[int, dict[str, float]], None] | None = None,
+            log_every: int = 100) -> dict[str, float]:
+        """``cfg.steps`` updates on the sampler's rows with ``targets`` [num_frames]; the last log window's means."""
+        gen = torch.Generator().manual_seed(self.cfg.seed)
+        window: dict[str, float] = {}
+        count = 0
+        for step in range(self.cfg.steps):
+            rows = torch.randint(0, sampler.num_frames, (self.cfg.batch_size,), generator=gen)
+            for k, v in self.update(sampler.batch(rows), targets[rows]).items():
+                window[k] = window.get(k, 0.0) + v
+            count += 1
+            if (step + 1) % log_every == 0 or step + 1 == self.cfg.steps:
+                means = {k: v / count for k, v in window.items()}
+                if log is not None:
+                    log(step + 1, means)
+                if step + 1 < self.cfg.steps:
+                    window, count = {}, 0
+        return {k: v / max(count, 1) for k, v in window.items()}
+
+
+@torch.no_grad()
+def predict_values(model: ValueModel, sampler: Any, batch_size: int = 256) -> np.ndarray:
+    """V(o) of every row of the sampler [num_frames] (eval mode, no augmentation)."""
+    model.eval()
+    out = np.empty(sampler.num_frames, dtype=np.float32)
+    augment = sampler.cfg.augment
+    sampler.cfg.augment = False
+    try:
+        for s in range(0, sampler.num_frames, batch_size):
+            rows = torch.arange(s, min(s + batch_size, sampler.num_frames))
+            out[s:s + len(rows)] = model.value(sampler.batch(rows)).cpu().numpy()
+    finally:
+        sampler.cfg.augment = augment
+    return out
+
+
+def save_value_model(model: ValueModel, folder: Path, meta: dict[str, Any]) -> Path:
+    """The model as a checkpoint folder (safetensors + JSON, atomic): weights, its config and ``meta``."""
+    from robot_rl.checkpoint import write_checkpoint
+
+    return write_checkpoint(folder, {"model": model.state_dict()}, {**meta, "value_config": asdict(model.cfg)})
+
+
+def load_value_model(folder: str | Path, device: torch.device | str = "cpu") -> tuple[ValueModel, dict[str, Any]]:
+    """A model saved by ``save_value_model`` and its meta (no pickle: safetensors + JSON)."""
+    from robot_rl.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(folder)
+    model = ValueModel(ValueConfig(**ckpt.meta["value_config"]))
+    model.load_state_dict(ckpt.state["model"])
+    return model.to(device).eval(), ckpt.meta
+
+
+# ------------------------------------------------------------------------------------------- the stage
+def check_outcome_columns(meta: Any) -> None:
+    """Refuse a dataset without ``next.success`` before anything is decoded or trained.
+
+    Raises:
+        ValueError: naming the column and how to add it.
+    """
+    if keys.SUCCESS_COL not in meta.features:
+        raise ValueError(
+            f"dataset {meta.root} has no {keys.SUCCESS_COL!r} column: RECAP and AWR need each episode's outcome "
+            f"(bool [1] per frame, True from the frame the task is solved, as lerobot-eval writes it). Record with "
+            f"`robot-rl collect` (it writes {keys.SUCCESS_COL!r} and {keys.INTERVENTION_COL!r}), or add the column "
+            f"to a copy of the dataset with lerobot.datasets.dataset_tools.add_features(dataset, "
+            f"features={{{keys.SUCCESS_COL!r}: (values, {{'dtype': 'bool', 'shape': (1,), 'names': None}})}}, "
+            f"output_dir=NEW_DIR); algo=bc needs no outcomes")
+
+
+def outcome_columns(meta: Any) -> list[str]:
+    """The extra columns the labels read: ``next.success`` and, where the dataset has it, ``intervention``."""
+    return [keys.SUCCESS_COL] + ([keys.INTERVENTION_COL] if keys.INTERVENTION_COL in meta.features else [])
+
+
+def value_config_for(sampler: Any, base: ValueConfig) -> ValueConfig:
+    """``base`` sized to a sampler's data: its cameras, image size and state size."""
+    import dataclasses
+
+    if not sampler.image_keys:
+        raise ValueError(f"dataset {sampler.cfg.root}: no camera features; the value model reads images")
+    img = sampler.features[sampler.image_keys[0]][0]
+    return dataclasses.replace(base, cameras=[k[len(keys.OBS_IMAGES):] for k in sampler.image_keys],
+                               image_size=[int(img[-2]), int(img[-1])],
+                               state_dim=int(sampler.features[keys.OBS_STATE][0][-1]))
+
+
+def _frame_table(sampler: Any) -> dict[str, np.ndarray]:
+    cols = {k: v.numpy() for k, v in sampler.columns().items() if k not in (keys.OBS_STATE, keys.ACTION_COL)}
+    cols["task_index"] = np.asarray(sampler.task_index)
+    return cols
+
+
+def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device: torch.device,
+                       log: Callable[[int, dict[str, float]], None] | None = None) -> tuple[Labels, dict[str, Any]]:
+    """Fit the value model on every frame of ``sampler``, label them, and write ``<run_dir>/value`` and the sidecar
+    ``<run_dir>/labels``. Either is reused when it exists for the same data (fingerprint) and settings, so a resumed
+    run skips the stages it finished. Returns the labels and a summary (timings, VOC, success AUC)."""
+    fingerprint = sampler.fingerprint()
+    settings = {"value": asdict(cfg.value), "labels": asdict(cfg.labels)}
+    summary: dict[str, Any] = {}
+    success_col = keys.SUCCESS_COL
+    inter_col = keys.INTERVENTION_COL if keys.INTERVENTION_COL in sampler.extras else None
+    cols = _frame_table(sampler)
+    labels_dir, value_dir = run_dir / LABELS_DIR, run_dir / VALUE_DIR
+    if (labels_dir / "labels.json").is_file():
+        labels, meta = read_sidecar(labels_dir)
+        if meta.get("dataset") == fingerprint and meta.get("settings") == settings:
+            print(f"recap: reusing the labels in {labels_dir}", file=sys.stderr)
+            return labels, meta.get("summary", {})
+    targets, max_len = targets_for(cols, success_col, cfg.labels)
+    model = None
+    if (value_dir / "manifest.json").is_file():
+        model, meta = load_value_model(value_dir, device)
+        if meta.get("dataset") != fingerprint or meta.get("settings") != settings:
+            model = None
+        else:
+            print(f"recap: reusing the value model in {value_dir}", file=sys.stderr)
+    if model is None:
+        start = time.perf_counter()
+        model = ValueModel.from_stats(sampler.stats, sampler.tasks, value_config_for(sampler, cfg.value.model))
+        learner = ValueLearner(model, cfg.value, device)
+        final = learner.fit(sampler, torch.from_numpy(targets), log)
+        summary["value_train_s"] = round(time.perf_counter() - start, 2)
+        summary["value_final"] = final
+        save_value_model(model, value_dir, {"dataset": fingerprint, "settings": settings,
+                                            "max_episode_length": max_len})
+    start = time.perf_counter()
+    values = predict_values(model, sampler, cfg.value.eval_batch_size)
+    labels = compute_labels(cols, values, success_col, cfg.labels, inter_col)
+    summary["label_s"] = round(time.perf_counter() - start, 2)
+    summary.update(value_scores(labels, cols[success_col]))
+    write_sidecar(labels, labels_dir, {"dataset": fingerprint, "settings": settings, "summary": summary})
+    print(f"recap: labelled {len(values)} frames: {labels.positive_fraction:.2f} positive "
+          f"({int(labels.intervention.sum())} intervention frames), value MAE {summary['value_mae']:.3f}, "
+          f"VOC {summary['voc']:.3f}, success AUC {summary['success_auc']:.3f}", file=sys.stderr)
+    return labels, summary
+
+
+def value_scores(labels: Labels, success: np.ndarray) -> dict[str, float]:
+    """On the frames labelled: VOC on successful episodes, AUC of the first frame's value for success, MAE."""
+    eps = labels.episode_index
+    succ_frame = np.asarray(success).reshape(-1).astype(bool)
+    ep_success = {int(e): bool(succ_frame[eps == e].any()) for e in np.unique(eps)}
+    frame_ok = np.array([ep_success[int(e)] for e in eps])
+    voc, _ = value_order_correlation(labels.value, eps, labels.frame_index, frame_ok)
+    first = labels.frame_index == 0
+    auc = success_auc(labels.value[first], frame_ok[first])
+    return {"voc": voc, "success_auc": auc, "value_mae": float(np.abs(labels.value - labels.value_target).mean()),
+            "episodes": len(ep_success), "successes": int(sum(ep_success.values()))}
+
+
+# ------------------------------------------------------------------------------------------- extraction
+class ConditionedSampler:
+    """A ``ChunkSampler`` whose batches also carry the advantage indicator (``CONDITION_KEY``, float [B]) of each
+    frame; everything else (order, state, resuming) is the wrapped sampler's. Its fingerprint covers the labels, so a
+    resumed run refuses other labels."""
+
+    def __init__(self, sampler: Any, indicator: np.ndarray) -> None:
+        import hashlib
+
+        self.sampler = sampler
+        ind = torch.as_tensor(np.asarray(indicator), dtype=torch.float32).reshape(-1)
+        if len(ind) != sampler.num_frames:
+            raise ValueError(f"{len(ind)} indicators for {sampler.num_frames} frames")
+        index = sampler.indices["index"]
+        self._row_of = torch.full((int(index.max()) + 1,), -1, dtype=torch.long)
+        self._row_of[index] = torch.arange(len(index))
+        self.indicator = ind
+        h = hashlib.sha256(sampler.fingerprint().encode())
+        h.update(ind.numpy().tobytes())
+        self._fingerprint = h.hexdigest()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sampler, name)
+
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def _add(self, batch: dict[str, Any]) -> dict[str, Any]:
+        batch[CONDITION_KEY] = self.indicator[self._row_of[batch["index"]]]
+        return batch
+
+    def sample(self) -> dict[str, Any]:
+        return self._add(self.sampler.sample())
+
+    def batch(self, idx: torch.Tensor) -> dict[str, Any]:
+        return self._add(self.sampler.batch(idx))
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(sd)
+
+
+def recap_policy_overrides(policy_raw: dict[str, Any]) -> dict[str, Any]:
+    """The policy section with conditioning on (RECAP trains the conditional and unconditional velocities).
+
+    Raises:
+        ValueError: ``guidance_beta`` < 1 (RECAP samples toward the positive indicator).
+    """
+    beta = float(policy_raw.get("guidance_beta", 1.0))
+    if beta < 1.0:
+        raise ValueError(f"bad config: algo.policy.guidance_beta={beta}: RECAP samples with β >= 1")
+    return {**policy_raw, "conditioning": True}

@@ -1,0 +1,236 @@
+"""RECAP's labels of logged frames: value targets, rewards, N-step advantages and the "good action" indicator,
+as pure functions over frame arrays, and the sidecar that stores them beside (never inside) a dataset.
+
+Frames are rows sorted by (episode_index, frame_index), as ``ChunkSampler`` holds them; per-frame arrays are [F].
+With M the task's max episode length (frames) and C the failure penalty (frames, default M):
+
+    value target   successful episode, first success at frame T (``next.success`` first True there):
+                       y_t = −(T − t) / M          for t ≤ T,     0 after T
+                   failed episode of L frames:
+                       y_t = max(−1, −(L − t + C) / M)   (= −1 for every frame when C = M)
+    reward         r_t = −1/M per frame before the first success; 0 at and after it (reaching success ends the
+                   cost); a failed episode pays −1/M per frame and −C/M more on its last frame. So Σ_{k≥t} r_k is the
+                   unclipped value target: the reward and the value agree.
+    advantage      A_t = Σ_{k<N} r_{t+k} + V(o_{t+N}) − V(o_t), rewards and V taken as 0 past the episode's end
+                   (no bootstrap across episodes or past a terminal frame)
+    indicator      I_t = 1[A_t ≥ the ``1 − positive_fraction`` quantile of A over the frames of the same task]
+                   (top 30 % positive by default), forced to 1 on intervention frames (a human corrected there).
+
+The sidecar (``write_sidecar``): ``labels.parquet`` (one row per frame: index, episode_index, frame_index,
+task_index, value_target, reward, value, advantage, advantage_indicator, intervention) and ``labels.json``
+(thresholds per task, settings, the dataset's fingerprint) in a folder of the caller's (a run folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+LABELS_PARQUET, LABELS_JSON = "labels.parquet", "labels.json"
+
+
+@dataclass
+class LabelConfig:
+    """How frames are labelled (units: frames, value units)."""
+
+    n_step: int = 50  # N of the N-step advantage (frames; 50 at 30 Hz in π*0.6)
+    positive_fraction: float = 0.3  # share of each task's frames labelled positive (threshold at its quantile)
+    max_episode_length: int | None = None  # M (frames); None: the longest episode of the dataset
+    fail_penalty: float | None = None  # C (frames) added to a failed episode's remaining steps; None: M
+
+    def __post_init__(self) -> None:
+        if self.n_step < 1:
+            raise ValueError(f"labels n_step must be >= 1, got {self.n_step}")
+        if not 0.0 < self.positive_fraction <= 1.0:
+            raise ValueError(f"labels positive_fraction must be in (0, 1], got {self.positive_fraction}")
+        if self.max_episode_length is not None and self.max_episode_length < 1:
+            raise ValueError(f"labels max_episode_length must be >= 1, got {self.max_episode_length}")
+        if self.fail_penalty is not None and self.fail_penalty < 0:
+            raise ValueError(f"labels fail_penalty must be >= 0, got {self.fail_penalty}")
+
+
+# ------------------------------------------------------------------------------------------- episodes
+def episode_bounds(episode_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first row, last row) of each frame's episode, [F] each; rows must be grouped by episode.
+
+    Raises:
+        ValueError: an episode's rows are not contiguous.
+    """
+    eps = np.asarray(episode_index).reshape(-1)
+    if len(eps) == 0:
+        raise ValueError("no frames to label")
+    change = np.flatnonzero(np.diff(eps) != 0) + 1
+    starts, ends = np.r_[0, change], np.r_[change - 1, len(eps) - 1]
+    if len(np.unique(eps[starts])) != len(starts):
+        raise ValueError("frames must be grouped by episode (sorted by episode_index, frame_index)")
+    lengths = ends - starts + 1
+    return np.repeat(starts, lengths), np.repeat(ends, lengths)
+
+
+def first_success(episode_index: np.ndarray, success: np.ndarray) -> np.ndarray:
+    """Row of the first ``next.success`` frame of each frame's episode, −1 where the episode never succeeds: [F]."""
+    succ = np.asarray(success).reshape(-1).astype(bool)
+    start, end = episode_bounds(episode_index)
+    out = np.full(len(succ), -1, dtype=np.int64)
+    for s in np.unique(start):
+        hits = np.flatnonzero(succ[s:end[s] + 1])
+        if len(hits):
+            out[s:end[s] + 1] = s + hits[0]
+    return out
+
+
+def max_length(episode_index: np.ndarray, cfg_value: int | None) -> int:
+    """M: the configured max episode length, else the longest episode (frames)."""
+    if cfg_value is not None:
+        return int(cfg_value)
+    start, end = episode_bounds(episode_index)
+    return int((end - start).max() + 1)
+
+
+def value_targets(episode_index: np.ndarray, success: np.ndarray, max_len: int,
+                  fail_penalty: float | None = None) -> np.ndarray:
+    """y_t [F] float32 (see the module docstring): −(frames to the first success)/M, failures −(L − t + C)/M, all
+    clipped to [−1, 0]."""
+    c = float(max_len if fail_penalty is None else fail_penalty)
+    start, end = episode_bounds(episode_index)
+    first = first_success(episode_index, success)
+    rows = np.arange(len(start))
+    to_go = np.where(first >= 0, np.maximum(first - rows, 0), (end - rows + 1) + c)
+    return np.clip(-to_go / float(max_len), -1.0, 0.0).astype(np.float32)
+
+
+def rewards(episode_index: np.ndarray, success: np.ndarray, max_len: int,
+            fail_penalty: float | None = None) -> np.ndarray:
+    """r_t [F] float32 consistent with ``value_targets`` (before clipping): Σ_{k ≥ t} r_k = −to_go_t / M."""
+    c = float(max_len if fail_penalty is None else fail_penalty)
+    start, end = episode_bounds(episode_index)
+    first = first_success(episode_index, success)
+    rows = np.arange(len(start))
+    r = np.where((first >= 0) & (rows >= first), 0.0, -1.0 / max_len)
+    r = r - np.where((first < 0) & (rows == end), c / max_len, 0.0)
+    return r.astype(np.float32)
+
+
+def n_step_advantages(values: np.ndarray, reward: np.ndarray, episode_index: np.ndarray, n: int) -> np.ndarray:
+    """A_t = Σ_{k<N} r_{t+k} + V_{t+N} − V_t [F] float32, with r and V = 0 past the episode's last frame."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    r = np.asarray(reward, dtype=np.float64).reshape(-1)
+    _, end = episode_bounds(episode_index)
+    rows = np.arange(len(v))
+    csum = np.r_[0.0, np.cumsum(r)]
+    stop = np.minimum(rows + n, end + 1)  # exclusive
+    ret = csum[stop] - csum[rows]
+    boot = np.where(rows + n <= end, v[np.minimum(rows + n, len(v) - 1)], 0.0)
+    return (ret + boot - v).astype(np.float32)
+
+
+def task_thresholds(advantage: np.ndarray, task_index: np.ndarray, positive_fraction: float) -> dict[int, float]:
+    """Per task: the (1 − positive_fraction) quantile of its frames' advantages (linear interpolation, numpy's
+    default), so about ``positive_fraction`` of them lie at or above it."""
+    adv, tasks = np.asarray(advantage, dtype=np.float64), np.asarray(task_index).reshape(-1)
+    return {int(t): float(np.quantile(adv[tasks == t], 1.0 - positive_fraction)) for t in np.unique(tasks)}
+
+
+def indicators(advantage: np.ndarray, task_index: np.ndarray, thresholds: dict[int, float],
+               intervention: np.ndarray | None = None) -> np.ndarray:
+    """I_t = 1[A_t ≥ threshold of its task] or intervention: bool [F]."""
+    tasks = np.asarray(task_index).reshape(-1)
+    thr = np.array([thresholds[int(t)] for t in tasks], dtype=np.float64)
+    out = np.asarray(advantage, dtype=np.float64) >= thr
+    if intervention is not None:
+        out |= np.asarray(intervention).reshape(-1).astype(bool)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- all labels
+@dataclass
+class Labels:
+    """Every label of a frame table, [F] each, rows as the frames they were computed on."""
+
+    index: np.ndarray  # the dataset's global frame index
+    episode_index: np.ndarray
+    frame_index: np.ndarray
+    task_index: np.ndarray
+    value_target: np.ndarray
+    reward: np.ndarray
+    value: np.ndarray  # V(o_t) predicted by the value model
+    advantage: np.ndarray
+    advantage_indicator: np.ndarray  # bool
+    intervention: np.ndarray  # bool
+    thresholds: dict[int, float]
+    max_episode_length: int
+
+    COLUMNS = ("index", "episode_index", "frame_index", "task_index", "value_target", "reward", "value", "advantage",
+               "advantage_indicator", "intervention")
+
+    @property
+    def positive_fraction(self) -> float:
+        return float(self.advantage_indicator.mean())
+
+
+def targets_for(columns: dict[str, np.ndarray], success_col: str, cfg: LabelConfig) -> tuple[np.ndarray, int]:
+    """(value targets [F], M) of a frame table ``columns`` (episode_index and the success column)."""
+    m = max_length(columns["episode_index"], cfg.max_episode_length)
+    return value_targets(columns["episode_index"], columns[success_col], m, cfg.fail_penalty), m
+
+
+def compute_labels(columns: dict[str, np.ndarray], values: np.ndarray, success_col: str, cfg: LabelConfig,
+                   intervention_col: str | None = None) -> Labels:
+    """Targets, rewards, advantages and indicators of a frame table (index, episode_index, frame_index,
+    task_index, the success column, optionally the intervention column) given predicted values [F]."""
+    eps = np.asarray(columns["episode_index"]).reshape(-1)
+    target, m = targets_for(columns, success_col, cfg)
+    r = rewards(eps, columns[success_col], m, cfg.fail_penalty)
+    adv = n_step_advantages(values, r, eps, cfg.n_step)
+    tasks = np.asarray(columns["task_index"]).reshape(-1)
+    thr = task_thresholds(adv, tasks, cfg.positive_fraction)
+    inter = (np.asarray(columns[intervention_col]).reshape(-1).astype(bool) if intervention_col
+             else np.zeros(len(eps), dtype=bool))
+    return Labels(np.asarray(columns["index"]).reshape(-1), eps, np.asarray(columns["frame_index"]).reshape(-1),
+                  tasks, target, r, np.asarray(values, dtype=np.float32).reshape(-1), adv,
+                  indicators(adv, tasks, thr, inter), inter, thr, m)
+
+
+# ------------------------------------------------------------------------------------------- the sidecar
+def write_sidecar(labels: Labels, folder: str | Path, info: dict[str, Any]) -> Path:
+    """Write ``labels.parquet`` and ``labels.json`` (thresholds, M, ``info``) into ``folder`` atomically (tmp file,
+    fsync, rename; the JSON last). Never point ``folder`` into a dataset: the source stays byte-for-byte as it was."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.table({c: np.asarray(getattr(labels, c)) for c in Labels.COLUMNS})
+    tmp = folder / f".{LABELS_PARQUET}.tmp"
+    pq.write_table(table, tmp)
+    _fsync_replace(tmp, folder / LABELS_PARQUET)
+    meta = {"thresholds": {str(k): v for k, v in labels.thresholds.items()},
+            "max_episode_length": labels.max_episode_length, "frames": len(labels.index),
+            "positive_fraction": labels.positive_fraction, **info}
+    tmp = folder / f".{LABELS_JSON}.tmp"
+    tmp.write_text(json.dumps(meta, indent=2))
+    _fsync_replace(tmp, folder / LABELS_JSON)
+    return folder
+
+
+def read_sidecar(folder: str | Path) -> tuple[Labels, dict[str, Any]]:
+    """The labels and the JSON of a sidecar folder (FileNotFoundError naming the file when absent)."""
+    import pyarrow.parquet as pq
+
+    folder = Path(folder)
+    meta = json.loads((folder / LABELS_JSON).read_text())
+    table = pq.read_table(folder / LABELS_PARQUET)
+    cols = {c: table.column(c).to_numpy() for c in Labels.COLUMNS}
+    thr = {int(k): float(v) for k, v in meta["thresholds"].items()}
+    return Labels(**cols, thresholds=thr, max_episode_length=int(meta["max_episode_length"])), meta
+
+
+def _fsync_replace(tmp: Path, path: Path) -> None:
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,88 @@
+"""RECAP's labels against numbers worked out by hand on a two-episode set (M = 8 frames, so every number is exact in
+binary): value targets, rewards, N-step advantages, per-task thresholds, the indicator with interventions forced
+positive, and the sidecar round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from robot_rl.data.labels import (
+    LabelConfig,
+    compute_labels,
+    episode_bounds,
+    indicators,
+    max_length,
+    n_step_advantages,
+    read_sidecar,
+    rewards,
+    task_thresholds,
+    value_targets,
+    write_sidecar,
+)
+
+# episode 0: 4 frames, next.success first True at frame 2; episode 1: 3 frames, never succeeds
+EPS = np.array([0, 0, 0, 0, 1, 1, 1])
+SUCCESS = np.array([False, False, True, False, False, False, False])
+TASKS = np.array([0, 0, 0, 0, 1, 1, 1])
+M, C = 8, 2
+
+
+def test_value_targets_by_hand():
+    # success: -(2 - t)/8 up to the success frame, 0 after; failure: -(L - t + C)/8 = -(3 + 2)/8, -(2 + 2)/8, -(1 + 2)/8
+    np.testing.assert_array_equal(value_targets(EPS, SUCCESS, M, C),
+                                  [-0.25, -0.125, 0.0, 0.0, -0.625, -0.5, -0.375])
+    # C = M (the default): every failed frame is clipped to -1
+    np.testing.assert_array_equal(value_targets(EPS, SUCCESS, M)[4:], [-1.0, -1.0, -1.0])
+    assert max_length(EPS, None) == 4 and max_length(EPS, 8) == 8
+
+
+def test_rewards_sum_to_the_value_targets():
+    r = rewards(EPS, SUCCESS, M, C)
+    np.testing.assert_array_equal(r, [-0.125, -0.125, 0.0, 0.0, -0.125, -0.125, -0.375])
+    _, end = episode_bounds(EPS)
+    to_end = np.array([r[i:end[i] + 1].sum() for i in range(len(r))])
+    np.testing.assert_array_equal(to_end, value_targets(EPS, SUCCESS, M, C))
+
+
+def test_n_step_advantages_by_hand():
+    r = rewards(EPS, SUCCESS, M, C)
+    v = np.array([-0.5, -0.125, 0.0, 0.0, -0.75, -0.5, -0.25])
+    # N = 2: A_0 = -0.125 - 0.125 + V_2 - V_0 = 0.25; A_1 = -0.125 + 0 + V_3 + 0.125 = 0; A_2 = 0 + 0 (past the
+    # end: no bootstrap) - 0; A_3 = 0; A_4 = -0.25 + V_6 + 0.75 = 0.25; A_5 = -0.5 + 0 + 0.5 = 0; A_6 = -0.375 + 0.25
+    np.testing.assert_array_equal(n_step_advantages(v, r, EPS, 2), [0.25, 0.0, 0.0, 0.0, 0.25, 0.0, -0.125])
+    # N = 1 is the one-step TD error r_t + V_{t+1} - V_t
+    np.testing.assert_array_equal(n_step_advantages(v, r, EPS, 1), [0.25, 0.0, 0.0, 0.0, 0.125, 0.125, -0.125])
+
+
+def test_per_task_thresholds_and_the_indicator_by_hand():
+    adv = np.array([0.25, 0.0, 0.0, 0.0, 0.25, 0.0, -0.125])
+    thr = task_thresholds(adv, TASKS, 0.3)
+    # task 0: sorted [0, 0, 0, 0.25], the 0.7 quantile at position 2.1: 0 + 0.1 * 0.25; task 1: sorted
+    # [-0.125, 0, 0.25], position 1.4: 0 + 0.4 * 0.25
+    assert thr == {0: pytest.approx(0.025), 1: pytest.approx(0.1)}
+    np.testing.assert_array_equal(indicators(adv, TASKS, thr), [1, 0, 0, 0, 1, 0, 0])
+    inter = np.array([0, 0, 0, 0, 0, 1, 1], dtype=bool)  # a human acted on frames 5 and 6: forced positive
+    np.testing.assert_array_equal(indicators(adv, TASKS, thr, inter), [1, 0, 0, 0, 1, 1, 1])
+
+
+def test_compute_labels_and_the_sidecar_round_trip(tmp_path):
+    cols = {"index": np.arange(7), "episode_index": EPS, "frame_index": np.array([0, 1, 2, 3, 0, 1, 2]),
+            "task_index": TASKS, "next.success": SUCCESS, "intervention": np.array([0, 0, 0, 0, 0, 1, 0], bool)}
+    v = np.array([-0.5, -0.125, 0.0, 0.0, -0.75, -0.5, -0.25])
+    cfg = LabelConfig(n_step=2, positive_fraction=0.3, max_episode_length=M, fail_penalty=C)
+    labels = compute_labels(cols, v, "next.success", cfg, "intervention")
+    np.testing.assert_array_equal(labels.advantage_indicator, [1, 0, 0, 0, 1, 1, 0])
+    np.testing.assert_array_equal(labels.value_target, [-0.25, -0.125, 0.0, 0.0, -0.625, -0.5, -0.375])
+    write_sidecar(labels, tmp_path / "labels", {"dataset": "abc"})
+    back, meta = read_sidecar(tmp_path / "labels")
+    assert meta["dataset"] == "abc" and back.thresholds == labels.thresholds and back.max_episode_length == M
+    for c in labels.COLUMNS:
+        np.testing.assert_array_equal(getattr(back, c), getattr(labels, c))
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="grouped by episode"):
+        episode_bounds(np.array([0, 1, 0]))
+    with pytest.raises(ValueError, match="positive_fraction"):
+        LabelConfig(positive_fraction=0.0)

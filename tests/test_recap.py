@@ -1,0 +1,65 @@
+"""RECAP's and AWR's pieces: VOC and success AUC on hand-made sequences, AWR's sampling weights, and the sampler that
+hands the indicator to the policy (classifier-free guidance's v_u + β(v_c − v_u) is tested by hand in
+tests/test_flow_vla.py::test_classifier_free_guidance_by_hand)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from policies.flow_vla import CONDITION_KEY
+from robot_rl.algos.awr import AWRConfig, awr_weights
+from robot_rl.algos.recap import ConditionedSampler
+from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler
+from robot_rl.models.voc import average_ranks, spearman, success_auc, value_order_correlation
+from tests.test_lerobot_loader import make_dataset
+
+
+def test_spearman_and_voc_on_hand_made_sequences():
+    np.testing.assert_array_equal(average_ranks(np.array([0.0, 0.0, 1.0])), [1.5, 1.5, 3.0])
+    assert spearman([0.1, 0.2, 0.3], [0, 1, 2]) == pytest.approx(1.0)
+    assert spearman([0.3, 0.2, 0.1], [0, 1, 2]) == pytest.approx(-1.0)
+    # ranks [1.5, 1.5, 3] vs [1, 2, 3]: centred [-.5, -.5, 1] . [-1, 0, 1] = 1.5, over sqrt(1.5 * 2)
+    assert spearman([0.0, 0.0, 1.0], [0, 1, 2]) == pytest.approx(1.5 / math.sqrt(3.0))
+    assert math.isnan(spearman([1.0, 1.0], [0, 1]))
+    values = np.array([-0.3, -0.2, -0.1, -0.1, -0.2, -0.3, -0.9, -0.8])
+    eps = np.array([0, 0, 0, 1, 1, 1, 2, 2])
+    frames = np.array([0, 1, 2, 0, 1, 2, 0, 1])
+    ok = np.array([1, 1, 1, 1, 1, 1, 0, 0], bool)  # episode 2 failed: left out
+    voc, per = value_order_correlation(values, eps, frames, ok)
+    assert per == {0: pytest.approx(1.0), 1: pytest.approx(-1.0)} and voc == pytest.approx(0.0)
+
+
+def test_success_auc_by_hand():
+    # pairs (0.9 > 0.5), (0.9 > 0.4), (0.4 < 0.5), (0.4 = 0.4): (1 + 1 + 0 + 0.5) / 4
+    assert success_auc([0.9, 0.4, 0.5, 0.4], [1, 1, 0, 0]) == pytest.approx(0.625)
+    assert success_auc([0.9, 0.8, 0.1], [1, 1, 0]) == 1.0
+    assert math.isnan(success_auc([0.1, 0.2], [1, 1]))
+
+
+def test_awr_weights_favour_high_advantages_and_interventions():
+    adv = np.array([-1.0, 0.0, 1.0, 0.0])  # median 0, std sqrt(0.5)
+    w = awr_weights(adv, AWRConfig(temperature=1.0, max_weight=3.0))
+    z = 1.0 / math.sqrt(0.5)
+    np.testing.assert_allclose(w.numpy(), [math.exp(-z), 1.0, 3.0, 1.0])  # exp(z) = 4.1 capped at 3
+    w = awr_weights(adv, AWRConfig(max_weight=3.0), intervention=np.array([1, 0, 0, 0], bool))
+    assert float(w[0]) == 3.0
+    np.testing.assert_array_equal(awr_weights(np.zeros(3), AWRConfig()).numpy(), [1.0, 1.0, 1.0])
+
+
+def test_conditioned_sampler_gives_each_frame_its_own_indicator(tmp_path):
+    root = make_dataset(tmp_path / "ds")
+    sampler = ChunkSampler(ChunkDatasetConfig(root=str(root), horizon=4, batch_size=8, progress=False,
+                                              augment=False))
+    ind = (sampler.indices["index"].numpy() % 3 == 0)  # a pattern tied to the frame's dataset index
+    wrapped = ConditionedSampler(sampler, ind)
+    assert wrapped.fingerprint() != sampler.fingerprint()  # the labels are part of what is trained on
+    for _ in range(5):
+        batch = wrapped.sample()
+        expected = (batch["index"] % 3 == 0).float()
+        torch.testing.assert_close(batch[CONDITION_KEY], expected)
+    with pytest.raises(ValueError, match="indicators"):
+        ConditionedSampler(sampler, ind[:-1])

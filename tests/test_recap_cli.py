@@ -1,0 +1,132 @@
+"""``robot-rl offline algo=recap|awr`` end to end: the dataset is byte-for-byte untouched after a failed and a
+successful run, a dataset without ``next.success`` is refused before any training (naming the column and how to add
+it), the export carries β and acts without the value model, and a tiny dataset recorded by ``robot-rl collect``
+trains and evaluates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from policies import keys, load_policy
+from policies.flow_vla import CONDITION_KEY
+from robot_rl.checkpoint import POLICY_DIR, load_checkpoint
+from robot_rl.cli.main import main
+from robot_rl.data.labels import read_sidecar
+from tests.test_lerobot_loader import JOINTS, make_dataset, tree_hash
+from tests.test_offline_cli import TINY
+
+TINY_VALUE = ["algo.value.steps=4", "algo.value.batch_size=8", "algo.value.model.conv_channels=[8,8]",
+              "algo.value.model.conv_strides=[2,2]", "algo.value.model.image_feature_dim=16",
+              "algo.value.model.hidden_dim=32", "algo.value.model.text_dim=8", "algo.labels.n_step=3"]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("recap") / "so101_demo")
+
+
+def _no_success_dataset(root: Path) -> Path:
+    """A LeRobot dataset (LeRobot's own writer) with state, action and one camera but no outcome column."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    features = {keys.OBS_STATE: {"dtype": "float32", "shape": (6,), "names": JOINTS},
+                keys.ACTION_COL: {"dtype": "float32", "shape": (6,), "names": JOINTS},
+                keys.lerobot_image_key("front"): {"dtype": "image", "shape": (16, 16, 3),
+                                                  "names": ["height", "width", "channels"]}}
+    ds = LeRobotDataset.create("local/" + root.name, fps=30, features=features, root=root, use_videos=False)
+    for _ in range(2):
+        for i in range(10):
+            ds.add_frame({keys.OBS_STATE: np.full(6, i, np.float32), keys.ACTION_COL: np.full(6, i + 1, np.float32),
+                          keys.lerobot_image_key("front"): np.zeros((16, 16, 3), np.uint8), "task": "lift the cube"})
+        ds.save_episode()
+    ds.finalize()
+    return root
+
+
+def _offline(algo: str, root: Path, run_dir: Path, *extra: str) -> int:
+    value = TINY_VALUE if algo != "bc" else []
+    return main(["offline", f"algo={algo}", f"dataset.root={root}", f"run_dir={run_dir}", *TINY, *value, *extra])
+
+
+def test_a_dataset_without_next_success_fails_before_training_and_stays_untouched(tmp_path, capsys):
+    root = _no_success_dataset(tmp_path / "no_success")
+    before = tree_hash(root)
+    for algo in ("recap", "awr"):
+        code = _offline(algo, root, tmp_path / algo, "steps=2")
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "'next.success'" in err and "add_features" in err and "robot-rl collect" in err, err
+        assert not (tmp_path / algo).exists()  # refused before anything was trained or written
+    assert tree_hash(root) == before
+    assert _offline("bc", root, tmp_path / "bc", "steps=2") == 0  # BC needs no outcome
+    assert tree_hash(root) == before
+
+
+def test_recap_trains_a_conditioned_policy_that_carries_beta_and_leaves_the_dataset_untouched(dataset, tmp_path,
+                                                                                             capsys):
+    before = tree_hash(dataset)
+    run = tmp_path / "recap"
+    assert _offline("recap", dataset, run, "steps=6", "algo.policy.guidance_beta=1.5") == 0
+    assert tree_hash(dataset) == before
+    labels, meta = read_sidecar(run / "labels")
+    assert meta["dataset"] and len(labels.index) == 47  # every frame of the 12 + 20 + 15
+    assert labels.advantage_indicator[labels.intervention].all()  # interventions (odd frames) forced positive
+    assert np.isfinite(labels.value).all() and ((labels.value >= -1) & (labels.value <= 0)).all()
+    ckpt = load_checkpoint(run)
+    assert ckpt.meta["algo"] == "recap" and ckpt.meta["labels"]["positive_fraction"] >= 0.3
+    policy = load_policy(ckpt.path / POLICY_DIR)  # no value model, no training code
+    assert policy.cfg.conditioning and policy.cfg.guidance_beta == 1.5
+    frame = {keys.OBS_STATE: torch.zeros(2, 6), keys.TASK: ["pick the cube 0"] * 2,
+             **{keys.lerobot_image_key(c): torch.zeros(2, 3, 32, 32, dtype=torch.uint8) for c in ("front", "wrist")}}
+    chunk = policy.act(frame)
+    assert chunk.shape == (2, 4, 6) and torch.isfinite(chunk).all()
+    # a resumed run reuses the value model and the labels, and continues the policy's training exactly
+    capsys.readouterr()
+    assert _offline("recap", dataset, run, "steps=9", "algo.policy.guidance_beta=1.5", f"resume={run}") == 0
+    assert "reusing the labels" in capsys.readouterr().err
+    assert load_checkpoint(run).meta["updates"] == 9
+    assert tree_hash(dataset) == before
+
+
+def test_awr_oversamples_through_the_sampler(dataset, tmp_path):
+    before = tree_hash(dataset)
+    run = tmp_path / "awr"
+    assert _offline("awr", dataset, run, "steps=3", "algo.awr.temperature=0.5") == 0
+    assert tree_hash(dataset) == before
+    ckpt = load_checkpoint(run)
+    assert ckpt.meta["algo"] == "awr" and ckpt.state["sampler"]["weights"]  # drawn with advantage weights
+    assert not load_policy(ckpt.path / POLICY_DIR).cfg.conditioning
+
+
+@pytest.mark.parametrize("override, message", [("algo.policy.guidance_beta=0.5", "guidance_beta"),
+                                               ("algo.labels.positive_fraction=1.5", "positive_fraction"),
+                                               ("algo.value.model.loss=mse", "loss")])
+def test_bad_settings_exit_2_before_training(dataset, tmp_path, capsys, override, message):
+    code = _offline("recap", dataset, tmp_path / "run", "steps=2", override)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_end_to_end_on_a_collected_dataset(tmp_path, capsys):
+    """robot-rl collect (scripted expert, flawed) -> offline recap -> eval of the export in simulation."""
+    data = tmp_path / "lift"
+    assert main(["collect", "task=so101_lift", "episodes=6", f"dataset.root={data}", "sim.num_envs=3",
+                 "task.episode_length=45", "quality=0.6", "progress=false", "task.image_width=32",
+                 "task.image_height=32"]) == 0
+    before = tree_hash(data)
+    run = tmp_path / "run"
+    assert _offline("recap", data, run, "steps=4", "algo.labels.n_step=10") == 0
+    assert tree_hash(data) == before
+    labels, _ = read_sidecar(run / "labels")
+    assert labels.max_episode_length <= 45 and len(np.unique(labels.episode_index)) == 6
+    out = tmp_path / "eval"
+    assert main(["eval", f"checkpoint={run}", "task=so101_lift", "task.episode_length=10", "num_episodes=2",
+                 "num_envs=2", "video=false", f"out_dir={out}"]) == 0, capsys.readouterr().err
+    assert json.loads((out / "eval.json").read_text())["eval"]["num_episodes"] == 2
+    assert CONDITION_KEY == "advantage_indicator"

@@ -1,0 +1,94 @@
+"""The distributional value model: its target distributions and mean against hand-computed numbers, and a tiny model
+that fits targets and saves/loads exactly."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from policies import keys
+from robot_rl.algos.recap import load_value_model, save_value_model
+from robot_rl.models.value import ValueConfig, ValueModel, bin_centers, expected_value, hl_gauss, two_hot
+
+
+def test_201_bins_on_minus_one_to_zero():
+    c = bin_centers(201, -1.0, 0.0)
+    assert len(c) == 201 and float(c[0]) == -1.0 and float(c[-1]) == 0.0
+    assert math.isclose(float(c[1] - c[0]), 0.005, rel_tol=1e-5)
+
+
+def test_two_hot_by_hand():
+    c = torch.tensor([-1.0, -0.5, 0.0])
+    out = two_hot(torch.tensor([-0.5, -0.875, 0.0, -2.0]), c)
+    # -0.5 is a centre; -0.875 lies 1/4 of the way from -1 to -0.5; 0 the last centre; -2 clips to -1
+    torch.testing.assert_close(out, torch.tensor([[0.0, 1.0, 0.0], [0.75, 0.25, 0.0], [0.0, 0.0, 1.0],
+                                                  [1.0, 0.0, 0.0]]))
+
+
+def test_hl_gauss_by_hand():
+    c = torch.tensor([-1.0, -0.5, 0.0])  # width 0.5, edges -1.25, -0.75, -0.25, 0.25
+    out = hl_gauss(torch.tensor([-0.5]), c, sigma=0.25)
+    # Φ(-1) - Φ(-3) = 0.157305, Φ(1) - Φ(-1) = 0.682689, Φ(3) - Φ(1) = 0.157305; over Φ(3) - Φ(-3) = 0.997300
+    torch.testing.assert_close(out, torch.tensor([[0.157731, 0.684538, 0.157731]]), atol=1e-5, rtol=0)
+    wide = hl_gauss(torch.tensor([-0.3, -0.999]), bin_centers(201, -1.0, 0.0), sigma=0.00375)
+    torch.testing.assert_close(wide.sum(-1), torch.ones(2))
+    assert int(wide[0].argmax()) == 140  # -0.3 is centre 140
+
+
+def test_expected_value_is_the_mean_of_the_distribution():
+    c = torch.tensor([-1.0, -0.5, 0.0])
+    assert float(expected_value(torch.zeros(1, 3), c)) == pytest.approx(-0.5)
+    logits = torch.log(torch.tensor([[0.2, 0.3, 0.5]]))
+    assert float(expected_value(logits, c)) == pytest.approx(-0.2 - 0.15)
+
+
+def _tiny(loss: str = "hl_gauss") -> ValueModel:
+    cfg = ValueConfig(cameras=["front"], image_size=[16, 16], conv_channels=[8, 8], conv_strides=[2, 2],
+                      image_feature_dim=16, text_dim=8, hidden_dim=32, loss=loss)
+    stats = {keys.OBS_STATE: {"mean": torch.zeros(6), "std": torch.ones(6) * 10}}
+    return ValueModel.from_stats(stats, ["lift the cube", "push the cube"], cfg)
+
+
+def _frames(n: int) -> dict:
+    g = torch.Generator().manual_seed(0)
+    return {keys.OBS_STATE: torch.randn(n, 6, generator=g) * 10, keys.TASK: ["lift the cube", "push the cube"] * (n // 2),
+            keys.lerobot_image_key("front"): torch.rand(n, 3, 16, 16, generator=g)}
+
+
+@pytest.mark.parametrize("loss", ["hl_gauss", "two_hot"])
+def test_a_tiny_model_fits_targets(loss):
+    torch.manual_seed(0)
+    model = _tiny(loss)
+    frames, target = _frames(8), torch.linspace(-1.0, 0.0, 8)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    first = float((model.value(frames) - target).abs().mean())
+    for _ in range(150):
+        loss_value, _ = model.loss(frames, target)
+        opt.zero_grad()
+        loss_value.backward()
+        opt.step()
+    err = float((model.value(frames) - target).abs().mean())
+    assert err < 0.05 < first, (first, err)
+    v = model.value(frames)
+    assert v.shape == (8,) and bool(((v >= -1) & (v <= 0)).all())
+
+
+def test_save_and_load_give_the_same_values(tmp_path):
+    model = _tiny()
+    frames = _frames(4)
+    save_value_model(model, tmp_path / "value", {"note": "test"})
+    loaded, meta = load_value_model(tmp_path / "value")
+    assert meta["note"] == "test" and loaded.cfg == model.cfg
+    torch.testing.assert_close(loaded.value(frames), model.eval().value(frames))
+
+
+def test_bad_frames_are_named():
+    model = _tiny()
+    frames = _frames(4)
+    del frames[keys.lerobot_image_key("front")]
+    with pytest.raises(ValueError, match="observation.images.front"):
+        model.value(frames)
+    with pytest.raises(ValueError, match="loss"):
+        ValueConfig(loss="mse")
