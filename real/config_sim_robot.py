@@ -46,6 +46,9 @@ class SO101SimRobotConfig(RobotConfig):
     armature_scale: float = 1.0  # x joint armature (rotor inertia)
     actuator_gain_scale: float = 1.0  # x the position servos' kp
     action_latency_steps: int = 0  # control steps between send_action and the servos applying it
+    # torch's intra-op threads, set at connect (the scene's tensors are tiny: on a few loaded cores a second thread
+    # made a control step ~5x slower, 25 vs 4.6 ms); None leaves the process's setting alone
+    torch_threads: int | None = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -63,6 +66,8 @@ class SO101SimRobotConfig(RobotConfig):
         for name in ("friction_scale", "mass_scale", "damping_scale", "armature_scale", "actuator_gain_scale"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"robot.{name} must be > 0, got {getattr(self, name)}")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ValueError(f"robot.torch_threads must be >= 1 or None, got {self.torch_threads}")
         if self.action_latency_steps < 0:
             raise ValueError(f"robot.action_latency_steps must be >= 0, got {self.action_latency_steps}")
         cap = self.max_relative_target

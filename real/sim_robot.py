@@ -30,6 +30,7 @@ Connected instances are listed by ``live_robots()``: the simulated leader (``rea
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -50,6 +51,7 @@ from sim.config import SimConfig
 from sim.lerobot_view import LeRobotView
 from sim.randomization import RandomizationConfig
 
+log = logging.getLogger(__name__)
 SO101SimConfig = SO101SimRobotConfig  # the short name
 NO_TIME_LIMIT = 2**62  # control steps: an episode length no session reaches
 
@@ -126,6 +128,8 @@ class SO101SimRobot(Robot):
         from sim.registry import make_env, task_config
 
         c = self.config
+        if c.torch_threads is not None:
+            torch.set_num_threads(c.torch_threads)
         task_cfg = self._task_cfg if self._task_cfg is not None else task_config(c.task)
         changes: dict[str, Any] = {"cameras": [], "episode_length": c.time_limit_steps or NO_TIME_LIMIT}
         if hasattr(task_cfg, "terminate_on_success"):
@@ -260,6 +264,7 @@ class SO101SimRobot(Robot):
         self.episode_index += 1
         self.episode_step = 0
         self._last_call = None
+        log.info("%s: scene %d of %s (%s)", self, self.episode_index, self.config.task, view.instructions[0])
 
     def _tick(self) -> None:
         """A new scene after a pause of more than ``idle_reset_s`` (module docstring), then restart the clock."""
@@ -267,6 +272,8 @@ class SO101SimRobot(Robot):
         idle = self.config.idle_reset_s
         if idle is not None and self._last_call is not None and self.episode_step > 0 \
                 and now - self._last_call > idle:
+            log.info("%s: no control call for %.2f s (> idle_reset_s %.2f): a new scene", self, now - self._last_call,
+                     idle)
             self._reset()
         self._last_call = now
 
