@@ -57,6 +57,12 @@ DONE_COL = "next.done"  # bool [1]: the episode's last frame
 INTERVENTION_COL = "intervention"  # bool [1]: someone other than the policy acted (LeRobot's DAgger tag)
 POLICY_ACTION_COL = "policy_action"  # float32 [6]: what the policy proposed, where a policy acted (else = action)
 ACTOR_COL = "actor"  # int64 [1]: who acted, one of ACTOR_* (policy, human, recovery)
+# What a state-based learner needs besides LeRobot's frame (written by ``robot-rl collect env_state=true``):
+ENV_STATE_COL = "observation.environment_state"  # float32 [D]: the env's POLICY observation (LeRobot's own name for
+#                                                  privileged state, lerobot.utils.constants.OBS_ENV_STATE)
+ENV_CRITIC_STATE_COL = "env_critic_state"  # float32 [Dc]: the env's CRITIC observation, where it has one
+ENV_ACTION_COL = "env_action"  # float32 [A]: the action in the env's own space (in [-1, 1]) that the env applied
+# (the last two start with neither "observation" nor "action", so LeRobot's policies do not take them for inputs)
 
 
 def lerobot_image_key(camera: str) -> str:

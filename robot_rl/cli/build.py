@@ -31,8 +31,16 @@ from policies.tanh_gaussian import TanhGaussianPolicy, TanhGaussianPolicyConfig
 from robot_rl.algos.base import Algorithm
 from robot_rl.algos.flashsac import FlashSAC, FlashSACConfig
 from robot_rl.algos.ppo import PPO, PPOConfig
+from robot_rl.buffers.replay import ReplayBuffer
 from robot_rl.checkpoint import CheckpointManager, check_resume_compatible, load_checkpoint
-from robot_rl.cli.config import CheckpointSettings, EvalSettings, TrainSettings, resolve_device, typed
+from robot_rl.cli.config import (
+    CheckpointSettings,
+    DemoDatasetSettings,
+    EvalSettings,
+    TrainSettings,
+    resolve_device,
+    typed,
+)
 from robot_rl.env import VecEnv
 from robot_rl.logging import LoggerConfig, RunLogger
 from robot_rl.models.critics import CriticConfig, MLPCritic
@@ -145,12 +153,49 @@ def build_algorithm(name: str, algo_raw: dict[str, Any], env: VecEnv,
 
 
 def build_runner(name: str, env: VecEnv, algo: Algorithm, runner_keys: dict[str, Any], limits: RunLimits,
-                 logger: RunLogger, checkpoints: CheckpointManager | None, meta: dict[str, Any]) -> Any:
-    """The runner that drives ``algo=<name>``: its config is the run's limits plus the algo config's runner keys."""
+                 logger: RunLogger, checkpoints: CheckpointManager | None, meta: dict[str, Any],
+                 demo: ReplayBuffer | None = None) -> Any:
+    """The runner that drives ``algo=<name>``: its config is the run's limits plus the algo config's runner keys.
+    ``demo``: a demonstration buffer mixed into every batch (off-policy learners only)."""
     entry = algorithm_entry(name)
     shared = {f.name: getattr(limits, f.name) for f in dataclasses.fields(RunLimits)}
     cfg = typed(entry.runner_config, {**shared, **runner_keys}, "algo")
-    return entry.runner(env, algo, cfg, logger, checkpoints, meta)
+    if demo is None:
+        return entry.runner(env, algo, cfg, logger, checkpoints, meta)
+    return entry.runner(env, algo, cfg, logger, checkpoints, meta, demo=demo)
+
+
+def build_demo_buffer(settings: DemoDatasetSettings, algo_name: str, env: VecEnv, algo: Algorithm, task_cfg: Any,
+                      device: torch.device) -> ReplayBuffer | None:
+    """The demonstration buffer of ``demo_dataset.root`` (None when unset), in the env's terms: the groups the
+    learner reads, its action size, its time limit and whether success ends its episodes; for a dataset recorded
+    without ``env_action``, LeRobot's degree targets converted with the SO-101's ``ctrl_to_action`` (from the
+    recorded joints: approximate where the observation was noisy). Prints what went in.
+
+    Raises:
+        ValueError: ``algo`` is not off-policy; DatasetError (a ValueError): the dataset does not fit the env.
+    """
+    if settings.root is None:
+        return None
+    if algorithm_entry(algo_name).runner is not OffPolicyRunner:
+        raise ValueError(f"demo_dataset.root is for off-policy learners (algo=flashsac), not algo={algo_name}")
+    from robot_rl.data.demo_buffer import EpisodeEnds, load_demo_buffer
+
+    obs_dims = {g: _flat_group(env, g, algo_name) for g in algo.obs_groups}
+    ends = EpisodeEnds(env.max_episode_length, bool(getattr(task_cfg, "terminate_on_success", True)))
+    arm = getattr(getattr(env, "task", None), "arm", None)
+    to_env_action = None
+    if arm is not None and hasattr(arm, "ctrl_to_action"):
+        from sim.so101 import deg_to_rad
+
+        def to_env_action(state: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return arm.ctrl_to_action(deg_to_rad(state).to(env.device), deg_to_rad(target).to(env.device)).cpu()
+
+    buffer, tr = load_demo_buffer(settings.root, obs_dims, env.action_dim, ends, device, to_env_action,
+                                  settings.max_episodes)
+    print(f"demo buffer: {len(tr)} transitions from {tr.num_episodes} episodes ({tr.num_successes} successful) of "
+          f"{settings.root}; actions from {tr.action_source}", file=sys.stderr)
+    return buffer
 
 
 # --------------------------------------------------------------------------------------------------- envs
@@ -224,6 +269,7 @@ def build_training(cfg: Any) -> Training:
     ckpt_s = typed(CheckpointSettings, raw.pop("checkpoint"), "checkpoint")  # keep_last
     eval_s = typed(EvalSettings, raw.pop("eval"), "eval")
     log_s = typed(LoggerConfig, raw.pop("logger"), "logger")
+    demo_s = typed(DemoDatasetSettings, raw.pop("demo_dataset"), "demo_dataset")
     s = typed(TrainSettings, raw, "")
     device = resolve_device(s.device)
     task_name, algo_name = task_raw.pop("name"), algo_raw.pop("name")
@@ -244,6 +290,7 @@ def build_training(cfg: Any) -> Training:
         run_dir = Path(s.run_dir or f"runs/{task_name}_{algo_name}_{stamp}")
     env = make_env(task_name, sim_cfg, task_cfg)
     algo, runner_keys = build_algorithm(algo_name, algo_raw, env, device)
+    demo = build_demo_buffer(demo_s, algo_name, env, algo, task_cfg, device)  # before any write: a bad one fails here
     meta = {"task": task_name, "algo": algo_name, "obs_spec": env.obs_spec.to_json(), "action_dim": env.action_dim,
             "task_config": dataclasses.asdict(task_cfg), "config": full}
     if ckpt is not None:
@@ -255,7 +302,7 @@ def build_training(cfg: Any) -> Training:
     start_steps = int(ckpt.meta.get("env_steps", 0)) if ckpt is not None else 0
     logger = RunLogger(run_dir, log_s, s.total_steps, start_steps, config=full)
     checkpoints = CheckpointManager(run_dir / CHECKPOINTS_DIR, ckpt_s.keep_last)
-    runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta)
+    runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta, demo)
     if ckpt is not None:
         runner.restore(ckpt)
         logger.truncate_curve(runner.iteration)

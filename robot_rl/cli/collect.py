@@ -12,7 +12,10 @@ view is stepped with what that action commands, ``view.to_target(action)``. A po
 then degree targets), else on the inner env's observation (its actions are the env's, converted with
 ``view.to_target``). The recorded ``action`` is what the view really commanded (``info["action"]``, clipped to the
 per-step cap and the joint limits, RELIABILITY.md A2); ``policy_action`` is the policy's own proposal (the expert:
-equal to the action). Each env records its share of the episodes, its first ones, so short (often successful)
+equal to the action). With ``env_state=true`` each frame also holds what a state-based learner needs
+(``robot_rl.data.demo_buffer``): LeRobot's ``observation.environment_state`` = the inner env's ``policy`` observation
+at that frame, ``env_critic_state`` = its ``critic`` observation (where the task has one) and ``env_action`` = the
+action the inner env applied (its own space, in [-1, 1]); the default layout is LeRobot's frame alone. Each env records its share of the episodes, its first ones, so short (often successful)
 episodes are not over-represented.
 Episodes are written by ``robot_rl.data.recorder.EpisodeRecorder``: each whole when it ends, committed, so a crash,
 Ctrl-C or SIGTERM loses at most the episodes still running, and a full disk stops with exit status 4.
@@ -47,6 +50,7 @@ class CollectCommand:
     device: str = "cpu"  # the policy's device: cpu | cuda | cuda:<i> | auto
     torch_threads: int = 1  # torch intra-op threads (the simulator has its own, sim.num_threads)
     progress: bool = True  # tqdm bar on stderr
+    env_state: bool = False  # also record the env's own observation and action (observation.environment_state ...)
     dataset: RecorderConfig = field(default_factory=RecorderConfig)
     task: Any = None
     sim: Any = None
@@ -158,11 +162,29 @@ def _recording(written: torch.Tensor, quota: torch.Tensor) -> torch.Tensor | Non
     return None if bool(keep.all()) else keep.nonzero().flatten()
 
 
-def record(view: Any, actor: Any, recorder: Any, episodes: int, seed: int, bar: Any = None) -> dict[str, float]:
+def env_state_columns(env: Any) -> dict[str, str]:
+    """The env-state columns ``env_state=true`` records for ``env``: column -> the observation group it holds
+    (``keys.ENV_STATE_COL`` the ``policy`` group, ``keys.ENV_CRITIC_STATE_COL`` the ``critic`` group where the env
+    has one). Both must be flat."""
+    groups = {keys.ENV_STATE_COL: keys.POLICY}
+    if keys.CRITIC in env.obs_spec.shapes:
+        groups[keys.ENV_CRITIC_STATE_COL] = keys.CRITIC
+    for g in groups.values():
+        if len(env.obs_spec.shapes[g]) != 1:
+            raise ValueError(f"env_state=true records flat observations; the env's {g!r} group has shape "
+                             f"{env.obs_spec.shapes[g]}")
+    return groups
+
+
+def record(view: Any, actor: Any, recorder: Any, episodes: int, seed: int, bar: Any = None,
+           env_state: dict[str, str] | None = None) -> dict[str, float]:
     """Step ``view`` with ``actor``'s targets until ``recorder`` has written ``episodes`` episodes, env i recording
     its first ``episodes // N`` (+1 for the first ``episodes % N`` envs). Returns the successful episodes, frames
     written, env steps taken, and seconds spent choosing actions, stepping the view (physics and rendering) and
-    writing."""
+    writing.
+
+    ``env_state``: column -> inner-env observation group (``env_state_columns``) to record with each frame, plus
+    ``keys.ENV_ACTION_COL`` (the inner env's applied action); None: LeRobot's frame only."""
     n = view.num_envs
     quota = torch.tensor([episodes // n + (i < episodes % n) for i in range(n)])
     written = torch.zeros(n, dtype=torch.long)
@@ -177,11 +199,14 @@ def record(view: Any, actor: Any, recorder: Any, episodes: int, seed: int, bar: 
         t1 = time.perf_counter()
         keep = written < quota  # envs past their share stop recording (and rendering) at their episode's end
         view.render_ids = _recording(written, quota)
+        env_obs = view.env_obs  # the inner env's observation at the time of ``frames`` (step returns new tensors)
         next_frames, reward, terminated, truncated, info = view.step(target, actor=who)
         t2 = time.perf_counter()
         done = terminated | truncated
+        extras = None if env_state is None else {
+            **{col: env_obs[g] for col, g in env_state.items()}, keys.ENV_ACTION_COL: info[keys.APPLIED_ACTION]}
         for ep in recorder.add(frames, info[keys.ACTION_COL], reward, info[keys.SUCCESS], done, actor=who,
-                               policy_action=proposal, record=keep):
+                               policy_action=proposal, record=keep, extras=extras):
             written[ep.env] += 1
             successes += int(ep.success)
             frames_written += ep.length
@@ -229,14 +254,17 @@ def collect(cfg: Any) -> Collected:
         if abs(fps * env.control_dt - 1.0) > 1e-6:
             raise ValueError(f"task={task_name}: its control period {env.control_dt} s is not 1/integer, which a "
                              "LeRobot dataset's fps needs")
-        spec = DatasetSpec(fps, tuple(LEROBOT_STATE_NAMES), {cam: size for cam in cameras})
+        env_state = env_state_columns(env) if c.env_state else None
+        vectors = {} if env_state is None else {
+            **{col: env.obs_spec.shapes[g][0] for col, g in env_state.items()}, keys.ENV_ACTION_COL: env.action_dim}
+        spec = DatasetSpec(fps, tuple(LEROBOT_STATE_NAMES), {cam: size for cam in cameras}, vectors=vectors)
         actor = ExpertActor(view, make_expert(env, quality=c.quality, seed=c.seed)) if policy is None else \
             PolicyActor(view, policy)
         recorder = EpisodeRecorder(c.dataset, spec, env.num_envs, env.max_episode_length)
         bar = tqdm(total=c.episodes, unit="ep", desc="collect", disable=not c.progress, file=sys.stderr)
         try:
             with _sigterm_interrupts():
-                out = record(view, actor, recorder, c.episodes, c.seed, bar)
+                out = record(view, actor, recorder, c.episodes, c.seed, bar, env_state)
         except KeyboardInterrupt:
             recorder.close()
             bar.close()

@@ -40,6 +40,20 @@ class CheckpointSettings:
 
 
 @dataclass
+class DemoDatasetSettings:
+    """``demo_dataset.*`` of ``robot-rl train``: a LeRobotDataset v3 whose transitions an off-policy learner mixes into
+    every batch (RLPD; FlashSAC's ``algo.demo_fraction``, 0.5). It needs the env's own observation and action,
+    recorded by ``robot-rl collect env_state=true`` (``robot_rl.data.demo_buffer``); it is only read."""
+
+    root: str | None = None  # the dataset folder (None: no demonstrations)
+    max_episodes: int | None = None  # use the first this many episodes (None: all)
+
+    def __post_init__(self) -> None:
+        if self.max_episodes is not None and self.max_episodes < 1:
+            raise ValueError(f"demo_dataset.max_episodes must be >= 1, got {self.max_episodes}")
+
+
+@dataclass
 class EvalSettings:
     """Final evaluation: seeded episodes, a video from a camera."""
 

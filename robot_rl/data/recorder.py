@@ -102,12 +102,15 @@ class DatasetSpec:
         state_names: names of the D joints of ``observation.state`` and ``action`` (``sim.so101.LEROBOT_STATE_NAMES``).
         cameras: camera name -> (height, width) in pixels.
         robot_type: LeRobot's robot type.
+        vectors: extra float32 columns -> their size, handed to ``add`` as ``extras`` every step (the env's own
+            state and action for state-based learners, ``keys.ENV_STATE_COL`` ...; none by default).
     """
 
     fps: int
     state_names: tuple[str, ...]
     cameras: dict[str, tuple[int, int]] = field(default_factory=dict)
     robot_type: str = "so101_follower"
+    vectors: dict[str, int] = field(default_factory=dict)
 
     def features(self) -> dict[str, dict[str, Any]]:
         """LeRobot's feature dict (dtype, shape, names of every column but LeRobot's own indices)."""
@@ -124,6 +127,8 @@ class DatasetSpec:
         out[keys.DONE_COL] = {"dtype": "bool", **scalar}
         out[keys.INTERVENTION_COL] = {"dtype": "bool", **scalar}
         out[keys.ACTOR_COL] = {"dtype": "int64", **scalar}
+        for name, size in self.vectors.items():
+            out[name] = {"dtype": "float32", "shape": (int(size),), "names": None}
         return out
 
 
@@ -431,6 +436,7 @@ class EpisodeRecorder:
         self._success = np.zeros((n, length, 1), bool)
         self._actor = np.zeros((n, length, 1), np.int64)
         self._images = {cam: np.zeros((n, length, 3, h, w), np.uint8) for cam, (h, w) in self.spec.cameras.items()}
+        self._vectors = {k: np.zeros((n, length, int(d)), np.float32) for k, d in self.spec.vectors.items()}
         self._tasks: list[list[str]] = [[] for _ in range(n)]
 
     def _grow(self) -> None:
@@ -441,11 +447,13 @@ class EpisodeRecorder:
         for name in ("_state", "_action", "_policy_action", "_reward", "_success", "_actor"):
             setattr(self, name, more(getattr(self, name)))
         self._images = {cam: more(a) for cam, a in self._images.items()}
+        self._vectors = {k: more(a) for k, a in self._vectors.items()}
 
     # ------------------------------------------------------------------------------------------- recording
     def add(self, frames: dict[str, Any], action: torch.Tensor, reward: torch.Tensor, success: torch.Tensor,
             done: torch.Tensor, actor: torch.Tensor | int = keys.ACTOR_POLICY,
-            policy_action: torch.Tensor | None = None, record: torch.Tensor | None = None) -> list[WrittenEpisode]:
+            policy_action: torch.Tensor | None = None, record: torch.Tensor | None = None,
+            extras: dict[str, torch.Tensor] | None = None) -> list[WrittenEpisode]:
         """Append one step of the N envs and write the episodes that ``done`` ends.
 
         Args:
@@ -457,12 +465,13 @@ class EpisodeRecorder:
             actor: who acted, int [N] or one int of ``keys.ACTOR_*`` (``intervention`` is ``actor != policy``).
             policy_action: float [N, D] the policy's own proposal (None: equal to ``action``).
             record: bool [N] envs whose step is kept (None: all); rows left out are ignored entirely.
+            extras: float [N, d] per column of ``spec.vectors`` (exactly those), at the time of ``frames``.
 
         Returns:
             the episodes committed by this call, in env order.
 
         Raises:
-            ValueError: a shape is wrong, or the state or action of a recorded env is not finite.
+            ValueError: a shape is wrong, or the state, action or an extra column of a recorded env is not finite.
             OutputWriteError: a write failed (no space left, a read-only disk); the dataset keeps every episode
                 committed before, and this recorder is closed.
         """
@@ -472,9 +481,14 @@ class EpisodeRecorder:
         keep = np.ones(n, bool) if record is None else _np(record).astype(bool).reshape(n)
         state, act = _np(frames[keys.OBS_STATE]).astype(np.float32), _np(action).astype(np.float32)
         prop = act if policy_action is None else _np(policy_action).astype(np.float32)
-        for name, a in ((keys.OBS_STATE, state), (keys.ACTION_COL, act), (keys.POLICY_ACTION_COL, prop)):
-            if a.shape != (n, d):
-                raise ValueError(f"{name} has shape {a.shape}, expected [num_envs, {d}] = [{n}, {d}]")
+        if set(extras or {}) != set(self.spec.vectors):
+            raise ValueError(f"extras must hold exactly the columns {sorted(self.spec.vectors)}, got "
+                             f"{sorted(extras or {})}")
+        vectors = {k: (_np(v).astype(np.float32), int(self.spec.vectors[k])) for k, v in (extras or {}).items()}
+        for name, (a, width) in ((keys.OBS_STATE, (state, d)), (keys.ACTION_COL, (act, d)),
+                                 (keys.POLICY_ACTION_COL, (prop, d)), *vectors.items()):
+            if a.shape != (n, width):
+                raise ValueError(f"{name} has shape {a.shape}, expected [num_envs, {width}] = [{n}, {width}]")
             bad = keep & ~np.isfinite(a).all(axis=1)
             if bad.any():
                 raise ValueError(f"{name} is not finite for envs {np.flatnonzero(bad).tolist()}")
@@ -498,6 +512,8 @@ class EpisodeRecorder:
         self._actor[ids, t, 0] = np.broadcast_to(_np(actor).astype(np.int64), (n,))[ids]
         for cam, img in images.items():
             self._images[cam][ids, t] = img[ids]
+        for k, (a, _) in vectors.items():
+            self._vectors[k][ids, t] = a[ids]
         for i in ids:
             self._tasks[i].append(str(tasks[i]))
         self._len[ids] += 1
@@ -527,6 +543,8 @@ class EpisodeRecorder:
                     keys.TASK: self._tasks[i][t]}
                 for cam in self.spec.cameras:
                     frame[keys.lerobot_image_key(cam)] = self._images[cam][i, t]
+                for k, a in self._vectors.items():
+                    frame[k] = a[i, t]
                 self.ds.add_frame(frame)
             t1 = time.perf_counter()
             with SuppressProgressBars():
