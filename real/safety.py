@@ -109,7 +109,9 @@ class SafetyConfig:
     max_consecutive_read_failures: int = 3  # ticks in a row without a state read before ``BusLost``
     error_window_s: float = 1.0  # s of read attempts over which the error rate is measured
     max_error_rate: float = 0.05  # failed / all read attempts in the window above which the loop stops
-    min_window_reads: int = 20  # read attempts needed in the window before its rate counts
+    # read attempts the window holds at least (it reaches further back than error_window_s to get them): at 30 Hz, 1 s
+    # is 30 reads, too few to tell 1% from 5% (a false stop would be likely within minutes); 200 reads tell them apart
+    min_window_reads: int = 200
 
     def __post_init__(self) -> None:
         for name in ("max_relative_target", "max_relative_target_gripper"):
@@ -435,7 +437,7 @@ class SafetyFilter:
                                  f"{self.action_dim}]")
         c = c.reshape(want)
         if not np.isfinite(c).all():
-            raise ActionRejected(f"action chunk holds NaN/inf at steps {sorted(set(np.nonzero(~np.isfinite(c))[0]))}")
+            raise ActionRejected(f"action chunk holds NaN/inf at steps {sorted({int(t) for t in np.nonzero(~np.isfinite(c))[0]})}")
         return c
 
     # ---------------------------------------------------------------------------------------- commands
@@ -465,8 +467,11 @@ class SafetyFilter:
         now = self._present(present)
         self.rejects += 1
         self.consecutive_rejects += 1
-        log.warning("safety: rejected a malformed action (%s); holding position (%d rejected so far)", reason,
-                    self.rejects)
+        # every reject is counted; the log names the first ten, then one in a hundred (a policy emitting garbage
+        # at 30 Hz would otherwise flood it, and a formatted record costs ~0.3 ms)
+        if self.rejects <= 10 or self.rejects % 100 == 0:
+            log.warning("safety: rejected a malformed action (%s); holding position (%d rejected so far)", reason,
+                        self.rejects)
         if self.consecutive_rejects >= self.cfg.max_consecutive_rejects:
             raise SafeStop(f"{self.consecutive_rejects} malformed actions in a row (last: {reason})")
         return SafeCommand(self.hold(now), rejected=True, reason=reason)
@@ -496,7 +501,8 @@ class SafetyFilter:
 # ------------------------------------------------------------------------------------------------- read errors
 class ReadMonitor:
     """Counts state-read attempts and failures; stops the loop when the bus is lost (``max_consecutive_read_failures``
-    ticks in a row) or its error rate over ``error_window_s`` exceeds ``max_error_rate`` (A6, A7)."""
+    ticks in a row) or its error rate over the window (``error_window_s``, at least ``min_window_reads`` attempts)
+    exceeds ``max_error_rate`` (A6, A7)."""
 
     def __init__(self, cfg: SafetyConfig) -> None:
         self.cfg = cfg
@@ -510,7 +516,7 @@ class ReadMonitor:
         self.failures += int(not ok)
         self._window.append((now, not ok))
         self._fails_in_window += int(not ok)
-        while self._window and now - self._window[0][0] > self.cfg.error_window_s:
+        while len(self._window) > self.cfg.min_window_reads and now - self._window[0][0] > self.cfg.error_window_s:
             self._fails_in_window -= int(self._window.popleft()[1])
         n = len(self._window)
         if n >= self.cfg.min_window_reads and self._fails_in_window / n > self.cfg.max_error_rate:

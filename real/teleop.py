@@ -18,15 +18,14 @@ the guard; control never silently returns to the policy.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
 from policies import keys
-from real.robot_env import RobotEnv
+from real.robot_env import RobotEnv, safe_disconnect
 from real.safety import ActionRejected, SafetyConfigError, SafetyFilter, SafetyGuard, TeleopLost
 
 log = logging.getLogger(__name__)
@@ -205,10 +204,11 @@ class SessionResult:
 
 def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeover: TakeoverSource,
                 recorder: Any, guard: SafetyGuard | None, episodes: int, stop_on_success: bool = True,
-                seed: int | None = None) -> SessionResult:
+                seed: int | None = None, on_written: Callable[[Any], None] | None = None) -> SessionResult:
     """Drive ``episodes`` episodes of at most ``env.max_episode_length`` ticks (see the module docstring); with a
     ``recorder`` (``robot_rl.data.recorder.EpisodeRecorder`` of one env) each episode is written when it ends, the
-    watchdog paused meanwhile (the arm holds its last command).
+    watchdog paused meanwhile (the arm holds its last command); ``on_written`` is called with each
+    ``WrittenEpisode`` right after it is committed.
 
     Raises:
         TeleopLost: the teleoperator failed while the person had control (after one holding tick).
@@ -256,6 +256,9 @@ def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeove
                     written = recorder.add(frame, applied, reward, success, torch.tensor([done]), actor=actor,
                                            policy_action=policy_action)
                 res.written += len(written)
+                for ep_written in written:
+                    if on_written is not None:
+                        on_written(ep_written)
             frame = next_frame
             if done:
                 env.end_episode()
@@ -267,9 +270,30 @@ def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeove
     return res
 
 
-def as_numpy(x: torch.Tensor) -> np.ndarray:
-    return x.detach().cpu().numpy()
+def guarded_session(robot: Any, safety: SafetyFilter, env_kwargs: dict[str, Any], episodes: int,
+                    make_driver: Callable[[RobotEnv], PolicyDriver] | None = None, teleop: Any = None,
+                    takeover: TakeoverSource | None = None, make_recorder: Callable[[], Any] | None = None,
+                    stop_on_success: bool = True, seed: int | None = None,
+                    on_written: Callable[[Any], None] | None = None, watchdog: bool = True) -> SessionResult:
+    """``run_session`` on a connected robot with every exit path ordered safely: a ``SafetyGuard`` around the loop
+    (torque off first, on any way out), the recorder made inside it (an error there still turns torque off) and
+    closed -- LeRobot's ``finalize`` -- only after it, then the robot disconnected. This is what ``robot-rl deploy``
+    and ``robot-rl record`` run."""
+    recorder = None
+    try:
+        with SafetyGuard(robot, safety.cfg, watchdog=watchdog) as guard:
+            env = RobotEnv(robot, safety, guard, **env_kwargs)
+            driver = make_driver(env) if make_driver is not None else None
+            recorder = make_recorder() if make_recorder is not None else None
+            return run_session(env, driver, teleop, takeover or (NeverHuman() if driver else AlwaysHuman()),
+                               recorder, guard, episodes, stop_on_success, seed, on_written)
+    finally:
+        try:
+            if recorder is not None:
+                recorder.close()  # torque is off by now
+        finally:
+            safe_disconnect(robot)
 
 
 __all__ = ["AlwaysHuman", "KeyboardTakeover", "NeverHuman", "PolicyDriver", "ScheduledTakeover", "SessionResult",
-           "TakeoverSource", "run_session"]
+           "TakeoverSource", "guarded_session", "run_session"]
