@@ -90,6 +90,8 @@ class SO101SimRobot(Robot):
         self._last_call: float | None = None
         self.episode_index = -1  # scenes started since connect, minus one (the current scene's index)
         self.episode_step = 0  # control steps in the current scene
+        self.total_steps = 0  # control steps since connect
+        self.scenes_solved = 0  # scenes whose task was solved at some step, since connect
         self.gripper_range = features.sim_gripper_range()
         SO101SimRobot._count += 1
         self._serial = SO101SimRobot._count
@@ -144,7 +146,7 @@ class SO101SimRobot(Robot):
         with self.lock:
             self._view = LeRobotView(env, cameras=tuple(c.camera_names) or ("front",),
                                      image_size=(c.image_height, c.image_width))
-            self.episode_index = -1
+            self.episode_index, self.total_steps, self.scenes_solved = -1, 0, 0
             self._reset(seed=c.seed)
 
     @check_if_not_connected
@@ -152,6 +154,8 @@ class SO101SimRobot(Robot):
         with self.lock:
             view, self._view, self._obs = self._view, None, None
             view.close()
+        log.info("%s disconnected: %d control steps in %d scenes, %d solved", self, self.total_steps,
+                 self.episode_index + 1, self.scenes_solved)
 
     # -------------------------------------------------------------------------------------------- control
     @check_if_not_connected
@@ -214,11 +218,15 @@ class SO101SimRobot(Robot):
             view = self._view
             view.render_ids = False  # images are rendered when read
             _, _, terminated, truncated, info = view.step(target_deg.to(view.device))
-            self._success = bool(info[keys.SUCCESS][0])
+            success = bool(info[keys.SUCCESS][0])
+            self.scenes_solved += success and not self._solved
+            self._solved |= success
+            self._success = success
             self._ended = bool(terminated[0] or truncated[0])
             self._goal = target
             self._obs = None
             self.episode_step += 1
+            self.total_steps += 1
             return goal
 
     # ---------------------------------------------------------------------------------------- our tools
@@ -260,7 +268,7 @@ class SO101SimRobot(Robot):
         view.render_ids = False
         view.reset(seed=seed)
         self._goal = self._measured_robot_units()
-        self._obs, self._success, self._ended = None, False, False
+        self._obs, self._success, self._ended, self._solved = None, False, False, False
         self.episode_index += 1
         self.episode_step = 0
         self._last_call = None
