@@ -10,6 +10,7 @@ import pytest
 from robot_rl.data.labels import (
     LabelConfig,
     compute_labels,
+    corrections,
     episode_bounds,
     indicators,
     max_length,
@@ -64,6 +65,18 @@ def test_per_task_thresholds_and_the_indicator_by_hand():
     np.testing.assert_array_equal(indicators(adv, TASKS, thr), [1, 0, 0, 0, 1, 0, 0])
     inter = np.array([0, 0, 0, 0, 0, 1, 1], dtype=bool)  # a human acted on frames 5 and 6: forced positive
     np.testing.assert_array_equal(indicators(adv, TASKS, thr, inter), [1, 0, 0, 0, 1, 1, 1])
+
+
+def test_only_corrections_inside_policy_episodes_are_forced_positive():
+    # episode 0 recorded by a human throughout (a demo); episode 1: the policy, then a human from frame 5 on
+    inter = np.array([1, 1, 1, 1, 0, 1, 1], dtype=bool)
+    np.testing.assert_array_equal(corrections(EPS, inter), [0, 0, 0, 0, 0, 1, 1])
+    cols = {"index": np.arange(7), "episode_index": EPS, "frame_index": np.array([0, 1, 2, 3, 0, 1, 2]),
+            "task_index": TASKS, "next.success": SUCCESS, "intervention": inter}
+    v = np.array([-0.5, -0.125, 0.0, 0.0, -0.75, -0.5, -0.25])
+    cfg = LabelConfig(n_step=2, max_episode_length=M, fail_penalty=C)
+    labels = compute_labels(cols, v, "next.success", cfg, "intervention")
+    np.testing.assert_array_equal(labels.advantage_indicator, [1, 0, 0, 0, 1, 1, 1])
 
 
 def test_compute_labels_and_the_sidecar_round_trip(tmp_path):

@@ -130,3 +130,44 @@ def test_end_to_end_on_a_collected_dataset(tmp_path, capsys):
                  "num_envs=2", "video=false", f"out_dir={out}"]) == 0, capsys.readouterr().err
     assert json.loads((out / "eval.json").read_text())["eval"]["num_episodes"] == 2
     assert CONDITION_KEY == "advantage_indicator"
+
+
+def test_the_improvement_loop_runs_records_interventions_and_resumes(tmp_path, capsys):
+    """robot-rl recap: round 0 from a copied dataset (left untouched), one round of policy collection where the
+    value model always calls the expert in (threshold 0), retraining and evaluation; rerun after losing a stage
+    redoes only that stage."""
+    from robot_rl.data.lerobot_format import read_frames, read_meta
+
+    source = tmp_path / "source"
+    assert main(["collect", "task=so101_lift", "episodes=2", f"dataset.root={source}", "sim.num_envs=2",
+                 "task.episode_length=30", "progress=false", "task.image_width=32", "task.image_height=32"]) == 0
+    before = tree_hash(source)
+    run = tmp_path / "loop"
+    offline = [*TINY, *TINY_VALUE]
+    args = ["recap", "task=so101_lift", "rounds=1", f"run_dir={run}", f"init_dataset={source}",
+            "episodes_per_round=2", "task.episode_length=30", "task.image_width=32", "task.image_height=32",
+            "sim.num_envs=2", "steps=3", "eval_episodes=2", "eval_envs=2", "intervene_after=2",
+            "intervene_below=0.0", "intervene_patience=1", "offline=[" + ",".join(f"'{o}'" for o in offline) + "]"]
+    assert main(args) == 0, capsys.readouterr().err
+    assert tree_hash(source) == before
+    results = json.loads((run / "results.json").read_text())["rounds"]
+    assert [r["round"] for r in results] == [0, 1]
+    assert results[1]["collected_episodes"] == 2 and results[1]["intervention_rate"] == 1.0
+    for r in results:
+        assert 0.0 <= r["success_rate"] <= 1.0 and r["failure_rate"] == pytest.approx(1.0 - r["success_rate"])
+    assert (run / "recap.png").is_file() and "| round |" in (run / "table.md").read_text()
+    meta = read_meta(run / "data")
+    cols = read_frames(meta, np.array([2, 3]), [keys.INTERVENTION_COL]).columns
+    inter = cols[keys.INTERVENTION_COL].reshape(-1).astype(bool)
+    assert inter.any() and not inter.all()  # the policy acted first, then the expert took over
+    labels, _ = read_sidecar(run / "round_001" / "train" / "labels")
+    assert labels.advantage_indicator[labels.intervention].all() and labels.intervention.any()
+    # lose the last stage: the rerun evaluates again and collects nothing more
+    state = json.loads((run / "state.json").read_text())
+    del state["done"]["round_1/eval"]
+    (run / "state.json").write_text(json.dumps(state))
+    capsys.readouterr()
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "collected" not in err and "round 1: success" in err
+    assert int(read_meta(run / "data").info["total_episodes"]) == 4

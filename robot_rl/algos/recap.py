@@ -232,7 +232,7 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
     summary.update(value_scores(labels, cols[success_col]))
     write_sidecar(labels, labels_dir, {"dataset": fingerprint, "settings": settings, "summary": summary})
     print(f"recap: labelled {len(values)} frames: {labels.positive_fraction:.2f} positive "
-          f"({int(labels.intervention.sum())} intervention frames), value MAE {summary['value_mae']:.3f}, "
+          f"({int(labels.intervention.sum())} correction frames), value MAE {summary['value_mae']:.3f}, "
           f"VOC {summary['voc']:.3f}, success AUC {summary['success_auc']:.3f}", file=sys.stderr)
     return labels, summary
 

@@ -25,7 +25,8 @@ commands:
                             robot-rl train sim=isaaclab task=isaaclab task.id=Isaac-Cartpole algo=ppo|flashsac
   collect record episodes:  robot-rl collect task=so101_pick episodes=N dataset.root=DIR [policy=PATH] [quality=1.0]
   eval    evaluate / film:  robot-rl eval checkpoint=PATH [num_episodes=100] [task=TASK (an offline run's)]
-  offline train on logged data: robot-rl offline algo=bc dataset.root=DIR [steps=N] [max_minutes=M] [resume=PATH]
+  offline train on logged data: robot-rl offline algo=bc|recap|awr dataset.root=DIR [steps=N] [max_minutes=M] [resume=PATH]
+  recap   improvement loop: robot-rl recap task=so101_lift rounds=K [run_dir=DIR] [episodes_per_round=N] [steps=N]
 
 Options are Hydra overrides of the YAML files in {config_dir}."""
 
@@ -151,7 +152,14 @@ def collect(cfg: Any) -> Any:
     return run_collect(cfg)
 
 
-COMMANDS = {"train": train, "eval": evaluate_checkpoint, "collect": collect, "offline": offline}
+def recap(cfg: Any) -> Any:
+    """``robot-rl recap``: the RECAP improvement loop in simulation (robot_rl/cli/recap.py)."""
+    from robot_rl.cli.recap import recap as run_recap
+
+    return run_recap(cfg)
+
+
+COMMANDS = {"train": train, "eval": evaluate_checkpoint, "collect": collect, "offline": offline, "recap": recap}
 
 
 def main(argv: list[str] | None = None) -> int:

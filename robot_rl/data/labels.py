@@ -14,7 +14,11 @@ With M the task's max episode length (frames) and C the failure penalty (frames,
     advantage      A_t = Σ_{k<N} r_{t+k} + V(o_{t+N}) − V(o_t), rewards and V taken as 0 past the episode's end
                    (no bootstrap across episodes or past a terminal frame)
     indicator      I_t = 1[A_t ≥ the ``1 − positive_fraction`` quantile of A over the frames of the same task]
-                   (top 30 % positive by default), forced to 1 on intervention frames (a human corrected there).
+                   (top 30 % positive by default), forced to 1 on correction frames: ``intervention`` frames of an
+                   episode in which the policy also acted (a human took over from it there). An episode recorded
+                   entirely by a human (teleoperated or scripted demos, which ``robot-rl collect`` tags
+                   ``intervention`` throughout, actor=human) is a demonstration, judged by its advantages like any
+                   other, so that mixed-quality demos are not all forced positive.
 
 The sidecar (``write_sidecar``): ``labels.parquet`` (one row per frame: index, episode_index, frame_index,
 task_index, value_target, reward, value, advantage, advantage_indicator, intervention) and ``labels.json``
@@ -136,6 +140,15 @@ def task_thresholds(advantage: np.ndarray, task_index: np.ndarray, positive_frac
     return {int(t): float(np.quantile(adv[tasks == t], 1.0 - positive_fraction)) for t in np.unique(tasks)}
 
 
+def corrections(episode_index: np.ndarray, intervention: np.ndarray) -> np.ndarray:
+    """bool [F]: intervention frames of episodes that also hold non-intervention (policy) frames."""
+    inter = np.asarray(intervention).reshape(-1).astype(bool)
+    start, end = episode_bounds(episode_index)
+    csum = np.r_[0, np.cumsum(inter)]
+    all_human = (csum[end + 1] - csum[start]) == (end - start + 1)
+    return inter & ~all_human
+
+
 def indicators(advantage: np.ndarray, task_index: np.ndarray, thresholds: dict[int, float],
                intervention: np.ndarray | None = None) -> np.ndarray:
     """I_t = 1[A_t ≥ threshold of its task] or intervention: bool [F]."""
@@ -161,7 +174,7 @@ class Labels:
     value: np.ndarray  # V(o_t) predicted by the value model
     advantage: np.ndarray
     advantage_indicator: np.ndarray  # bool
-    intervention: np.ndarray  # bool
+    intervention: np.ndarray  # bool: correction frames (``corrections``), the ones forced positive
     thresholds: dict[int, float]
     max_episode_length: int
 
@@ -182,14 +195,15 @@ def targets_for(columns: dict[str, np.ndarray], success_col: str, cfg: LabelConf
 def compute_labels(columns: dict[str, np.ndarray], values: np.ndarray, success_col: str, cfg: LabelConfig,
                    intervention_col: str | None = None) -> Labels:
     """Targets, rewards, advantages and indicators of a frame table (index, episode_index, frame_index,
-    task_index, the success column, optionally the intervention column) given predicted values [F]."""
+    task_index, the success column, optionally the intervention column) given predicted values [F]; correction
+    frames (``corrections``) are forced positive."""
     eps = np.asarray(columns["episode_index"]).reshape(-1)
     target, m = targets_for(columns, success_col, cfg)
     r = rewards(eps, columns[success_col], m, cfg.fail_penalty)
     adv = n_step_advantages(values, r, eps, cfg.n_step)
     tasks = np.asarray(columns["task_index"]).reshape(-1)
     thr = task_thresholds(adv, tasks, cfg.positive_fraction)
-    inter = (np.asarray(columns[intervention_col]).reshape(-1).astype(bool) if intervention_col
+    inter = (corrections(eps, columns[intervention_col]) if intervention_col
              else np.zeros(len(eps), dtype=bool))
     return Labels(np.asarray(columns["index"]).reshape(-1), eps, np.asarray(columns["frame_index"]).reshape(-1),
                   tasks, target, r, np.asarray(values, dtype=np.float32).reshape(-1), adv,

@@ -1,0 +1,368 @@
+"""``robot-rl recap``: the RECAP improvement loop in simulation.
+
+    robot-rl recap task=so101_lift rounds=2 [run_dir=DIR] [init_dataset=DIR] [episodes_per_round=50] [steps=2000]
+
+Round 0 starts from data: a copy of ``init_dataset`` (the source is only read), or ``initial_episodes`` of the
+scripted expert at ``initial_quality``; it trains with ``robot-rl offline algo=recap`` (value model, labels, the
+conditioned flow VLA) and evaluates. Each further round:
+
+1. **collect** ``episodes_per_round`` with the current policy; the previous round's value model watches every
+   frame, and where it stays below ``intervene_below`` for ``intervene_patience`` steps (after the first
+   ``intervene_after`` steps of the episode) the scripted expert, playing the human, takes over for the rest of that
+   episode (recorded with ``actor=human``, so ``intervention=True``: RECAP labels those frames positive);
+2. **append** them to the run's dataset (``<run>/data``);
+3. **retrain** the value model, **relabel**, **retrain** the policy (``robot-rl offline algo=recap``, from scratch
+   on all the data, ``steps`` gradient steps; ``offline=[...]`` adds overrides such as ``algo.value.steps=500``);
+4. **evaluate** the exported policy: ``eval_episodes`` seeded episodes, no interventions.
+
+Per round: success rate, failure rate (episodes ending without success) and throughput (successes per hour of robot
+time: success rate / mean episode duration), and the collection's intervention rate, in ``<run>/results.json``, a
+Markdown table (``table.md``) and ``recap.png``. ``<run>/state.json`` lists the finished stages: run the same command
+again (same ``run_dir``) after a crash and it resumes at the first unfinished one (a collection keeps its committed
+episodes, a training run resumes from its last checkpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from policies import keys
+
+STATE_FILE = "state.json"
+
+
+@dataclass
+class RecapCommand:
+    """configs/recap.yaml: ``robot-rl recap`` (``task`` and ``sim`` are the groups chosen by name)."""
+
+    rounds: int = 2  # improvement rounds after round 0 (each: collect, append, retrain, evaluate)
+    run_dir: str | None = None  # default: runs/recap_<task>_<YYYYmmdd_HHMMSS>; an existing one is resumed
+    init_dataset: str | None = None  # round 0's data, copied (None: the scripted expert records it)
+    initial_episodes: int = 100  # scripted-expert episodes of round 0 when init_dataset is None
+    initial_quality: float = 0.5  # their quality (sim.experts: flaws with probability 1 - quality)
+    episodes_per_round: int = 50  # episodes collected by the policy (+ interventions) per round
+    steps: int = 2000  # policy gradient steps per round
+    offline: list[str] = field(default_factory=list)  # extra overrides of each round's robot-rl offline algo=recap
+    interventions: bool = True  # the scripted expert takes over where the value model says the episode goes wrong
+    intervene_below: float = -0.8  # value threshold (value units: -1 is a predicted failure)
+    intervene_after: int = 10  # control steps into an episode before the value may trigger a take-over
+    intervene_patience: int = 3  # consecutive steps below the threshold that trigger it
+    eval_episodes: int = 50  # seeded evaluation episodes per round
+    eval_envs: int = 25  # envs stepped together in evaluation
+    eval_seed: int = 50_000  # evaluation's env seed (collection uses seed + 1000 * round)
+    seed: int = 0
+    device: str = "cpu"  # cpu | cuda | cuda:<i> | auto
+    torch_threads: int = 2
+    task: Any = None
+    sim: Any = None
+
+    def __post_init__(self) -> None:
+        if self.rounds < 0 or self.initial_episodes < 1 or self.episodes_per_round < 1 or self.steps < 1:
+            raise ValueError("rounds must be >= 0; initial_episodes, episodes_per_round and steps >= 1")
+        if not 0.0 <= self.initial_quality <= 1.0:
+            raise ValueError(f"initial_quality must lie in [0, 1], got {self.initial_quality}")
+        if self.eval_episodes < 1 or self.eval_envs < 1 or self.intervene_patience < 1 or self.intervene_after < 0:
+            raise ValueError("eval_episodes, eval_envs and intervene_patience must be >= 1, intervene_after >= 0")
+
+
+# ------------------------------------------------------------------------------------------- the actor
+class InterveningActor:
+    """The policy acts (through an ``ActionQueue`` on the frames); a value model watches; where V(o) stays below
+    ``threshold`` for ``patience`` steps after ``after`` steps, the expert (``collect.ExpertActor``) takes that env
+    over until its episode ends. Returns per-env targets, the policy's proposals and who acted (int64 [N])."""
+
+    def __init__(self, view: Any, policy: Any, expert_actor: Any, value_model: Any, cmd: RecapCommand) -> None:
+        from policies import ActionQueue
+
+        self.view, self.expert, self.value_model, self.cmd = view, expert_actor, value_model, cmd
+        self.queue = ActionQueue(policy, view.num_envs, view.action_dim)
+        n = view.num_envs
+        self.t = torch.zeros(n, dtype=torch.long)
+        self.below = torch.zeros(n, dtype=torch.long)
+        self.human = torch.zeros(n, dtype=torch.bool)
+
+    def __call__(self, frames: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        proposal = self.queue(frames).cpu()
+        if self.cmd.interventions:
+            v = self.value_model.value(frames).cpu()
+            self.below = torch.where(v < self.cmd.intervene_below, self.below + 1, torch.zeros_like(self.below))
+            start = (~self.human) & (self.t >= self.cmd.intervene_after) & (self.below >= self.cmd.intervene_patience)
+            if bool(start.any()):
+                self.expert.reset(start.nonzero().flatten())  # the human starts from what they see now
+                self.human |= start
+        target = proposal
+        if bool(self.human.any()):
+            expert_target, _, _ = self.expert(frames)
+            target = torch.where(self.human[:, None], expert_target.cpu(), proposal)
+        self.t += 1
+        who = torch.where(self.human, keys.ACTOR_HUMAN, keys.ACTOR_POLICY)
+        return target, proposal, who
+
+    def reset(self, env_ids: torch.Tensor | None) -> None:
+        ids = slice(None) if env_ids is None else env_ids.cpu()
+        self.queue.reset(env_ids)
+        self.t[ids], self.below[ids], self.human[ids] = 0, 0, False
+        self.expert.reset(env_ids)
+
+
+# ------------------------------------------------------------------------------------------- stages
+def _task_and_sim(cmd_raw: dict[str, Any]) -> tuple[str, Any, Any]:
+    from sim.registry import config_from_dict, sim_config_from_dict
+
+    task_raw = dict(cmd_raw["task"])
+    name = task_raw.pop("name")
+    return name, config_from_dict(name, task_raw), sim_config_from_dict(cmd_raw["sim"])
+
+
+def collect_round(cmd: RecapCommand, task: str, task_cfg: Any, sim_cfg: Any, data: Path, episodes: int, seed: int,
+                  policy: Any = None, value_model: Any = None, quality: float = 1.0) -> dict[str, Any]:
+    """Append ``episodes`` episodes to the dataset ``data``: the scripted expert at ``quality`` (no policy), or the
+    policy with the expert intervening. Returns counts and seconds."""
+    from robot_rl.cli.collect import ExpertActor, record
+    from robot_rl.data.recorder import DatasetSpec, EpisodeRecorder, RecorderConfig
+    from sim.experts import make_expert
+    from sim.lerobot_view import LeRobotView
+    from sim.registry import make_env
+    from sim.so101 import LEROBOT_STATE_NAMES
+
+    cameras, size = tuple(task_cfg.cameras), (int(task_cfg.image_height), int(task_cfg.image_width))
+    start = time.perf_counter()
+    with make_env(task, sim_cfg, dataclasses.replace(task_cfg, cameras=[])) as env:
+        view = LeRobotView(env, cameras=cameras, image_size=size)
+        spec = DatasetSpec(round(1.0 / env.control_dt), tuple(LEROBOT_STATE_NAMES), {c: size for c in cameras})
+        expert = ExpertActor(view, make_expert(env, quality=1.0 if policy is not None else quality, seed=seed))
+        actor = expert if policy is None else InterveningActor(view, policy, expert, value_model, cmd)
+        recorder = EpisodeRecorder(RecorderConfig(root=str(data), append=data.exists()), spec, env.num_envs,
+                                   env.max_episode_length)
+        try:
+            out = record(view, actor, recorder, episodes, seed)
+        finally:
+            recorder.close()
+        dt = env.control_dt
+    out.update(seconds=round(time.perf_counter() - start, 1), robot_hours=out["frames"] * dt / 3600.0)
+    return out
+
+
+def train_round(cmd: RecapCommand, data: Path, run: Path, max_len: int) -> Path:
+    """``robot-rl offline algo=recap`` on the data (resumed from its last checkpoint when one exists); returns the
+    run folder."""
+    from robot_rl.checkpoint import CHECKPOINTS_DIR
+    from robot_rl.cli.build import compose
+    from robot_rl.cli.offline import offline
+
+    overrides = ["algo=recap", f"dataset.root={data}", f"run_dir={run}", f"steps={cmd.steps}", f"seed={cmd.seed}",
+                 f"device={cmd.device}", f"torch_threads={cmd.torch_threads}",
+                 f"algo.labels.max_episode_length={max_len}", *cmd.offline]
+    ckpts = run / CHECKPOINTS_DIR
+    if ckpts.is_dir() and any(p.name.startswith("iter_") for p in ckpts.iterdir()):
+        overrides.append(f"resume={run}")
+    offline(compose("offline", overrides))
+    return run
+
+
+def evaluate_round(cmd: RecapCommand, task: str, task_cfg: Any, sim_cfg: Any, policy: Any) -> dict[str, Any]:
+    """Success rate, failure rate and throughput (successes per hour of robot time) over seeded episodes."""
+    from robot_rl.cli.build import policy_view
+    from robot_rl.evaluation import evaluate
+    from sim.registry import make_env
+
+    start = time.perf_counter()
+    sim = dataclasses.replace(sim_cfg, num_envs=min(cmd.eval_envs, cmd.eval_episodes))
+    with make_env(task, sim, dataclasses.replace(task_cfg, cameras=[])) as env:
+        r = evaluate(policy_view(env, policy), policy.eval(), cmd.eval_episodes, cmd.eval_seed)
+        dt = env.control_dt
+    return {**r.to_json(), "failure_rate": 1.0 - r.success_rate,
+            "throughput_per_hour": throughput(r.success_rate, r.mean_length, dt),
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def throughput(success_rate: float, mean_length: float, control_dt: float) -> float:
+    """Successes per hour of robot time: success rate / (mean episode length · control period) · 3600."""
+    return 3600.0 * success_rate / max(mean_length * control_dt, 1e-9)
+
+
+# ------------------------------------------------------------------------------------------- the loop
+class _State:
+    """``<run>/state.json``: finished stages and what they produced, rewritten atomically after each."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"done": {}, "started": {}}
+
+    def done(self, stage: str) -> Any:
+        return self.data["done"].get(stage)
+
+    def finish(self, stage: str, result: Any) -> None:
+        self.data["done"][stage] = result
+        self._write()
+
+    def start(self, stage: str, value: Any) -> Any:
+        """The value stored when ``stage`` first started (kept across resumes)."""
+        self.data["started"].setdefault(stage, value)
+        self._write()
+        return self.data["started"][stage]
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(json.dumps(self.data, indent=2))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+def _num_episodes(data: Path) -> int:
+    from robot_rl.data.lerobot_loader import read_meta
+
+    return int(read_meta(data).info["total_episodes"]) if (data / "meta" / "info.json").is_file() else 0
+
+
+def _collected_stats(data: Path, first: int) -> dict[str, Any]:
+    """Of the episodes ``first``.. of the dataset: how many, their success and intervention rates (episodes with
+    at least one intervention frame) and the share of intervention frames."""
+    import numpy as np
+
+    from robot_rl.data.lerobot_format import read_frames, read_meta
+
+    meta = read_meta(data)
+    eps = meta.episodes["episode_index"].astype(np.int64)
+    eps = eps[eps >= first]
+    if not len(eps):
+        return {"episodes": 0}
+    cols = read_frames(meta, eps, [keys.SUCCESS_COL, keys.INTERVENTION_COL]).columns
+    e = cols["episode_index"].reshape(-1)
+    succ, inter = (cols[c].reshape(-1).astype(bool) for c in (keys.SUCCESS_COL, keys.INTERVENTION_COL))
+    per_ep = [(bool(succ[e == i].any()), bool(inter[e == i].any())) for i in eps]
+    return {"episodes": len(eps), "success_rate": float(np.mean([s for s, _ in per_ep])),
+            "intervention_rate": float(np.mean([x for _, x in per_ep])), "intervention_frames": float(inter.mean()),
+            "frames": len(e)}
+
+
+def _exported(run: Path) -> Path:
+    from robot_rl.checkpoint import POLICY_DIR, load_meta
+
+    folder, _ = load_meta(run)
+    return folder / POLICY_DIR
+
+
+def recap(cfg: Any) -> dict[str, Any]:
+    """``robot-rl recap``: run (or resume) the loop; returns the per-round results."""
+    from omegaconf import OmegaConf
+
+    from policies import load_policy
+    from robot_rl.algos.recap import VALUE_DIR, load_value_model
+    from robot_rl.cli.build import seed_everything
+    from robot_rl.cli.config import resolve_device, typed
+
+    raw = OmegaConf.to_container(cfg, resolve=True)
+    cmd = typed(RecapCommand, {k: v for k, v in raw.items() if k not in ("task", "sim")}, "")
+    task, task_cfg, sim_cfg = _task_and_sim(raw)
+    device = resolve_device(cmd.device)
+    torch.set_num_threads(cmd.torch_threads)
+    seed_everything(cmd.seed)
+    run = Path(cmd.run_dir or f"runs/recap_{task}_{time.strftime('%Y%m%d_%H%M%S')}")
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    state, data = _State(run / STATE_FILE), run / "data"
+    max_len = int(task_cfg.episode_length)
+    rows = []
+    for r in range(cmd.rounds + 1):
+        rdir = run / f"round_{r:03d}"
+        stage = f"round_{r}/collect"
+        if state.done(stage) is None:
+            seed = cmd.seed + 1000 * r
+            if r == 0 and cmd.init_dataset:
+                shutil.rmtree(data, ignore_errors=True)
+                shutil.copytree(cmd.init_dataset, data)  # the source is only read
+                result = {"episodes": _num_episodes(data), "copied_from": str(cmd.init_dataset)}
+            else:
+                first = state.start(stage, _num_episodes(data))
+                want = cmd.initial_episodes if r == 0 else cmd.episodes_per_round
+                left = want - (_num_episodes(data) - first)
+                policy = value = None
+                if r > 0:
+                    prev = run / f"round_{r - 1:03d}" / "train"
+                    policy = load_policy(_exported(prev), device).eval()
+                    value, _ = load_value_model(prev / VALUE_DIR, device)
+                timing = collect_round(cmd, task, task_cfg, sim_cfg, data, left, seed, policy, value,
+                                       cmd.initial_quality) if left > 0 else {}
+                result = {**_collected_stats(data, first), "seconds": timing.get("seconds"),
+                          "robot_hours": timing.get("robot_hours")}
+            state.finish(stage, result)
+            print(f"recap round {r}: collected {json.dumps(result)}", file=sys.stderr)
+        stage = f"round_{r}/train"
+        if state.done(stage) is None:
+            start = time.perf_counter()
+            train_round(cmd, data, rdir / "train", max_len)
+            state.finish(stage, {"seconds": round(time.perf_counter() - start, 1)})
+        stage = f"round_{r}/eval"
+        if state.done(stage) is None:
+            policy = load_policy(_exported(rdir / "train"), device)
+            state.finish(stage, evaluate_round(cmd, task, task_cfg, sim_cfg, policy))
+        rows.append(_row(r, state, rdir))
+        print(f"recap round {r}: success {rows[-1]['success_rate']:.3f}, throughput "
+              f"{rows[-1]['throughput_per_hour']:.0f}/h", file=sys.stderr)
+    results = {"task": task, "rounds": rows}
+    (run / "results.json").write_text(json.dumps(results, indent=2))
+    (run / "table.md").write_text(table(rows))
+    plot_rounds(rows, run / "recap.png", task)
+    print(table(rows), file=sys.stderr)
+    return results
+
+
+def _row(r: int, state: _State, rdir: Path) -> dict[str, Any]:
+    ev, col = state.done(f"round_{r}/eval"), state.done(f"round_{r}/collect")
+    labels = json.loads((rdir / "train" / "labels" / "labels.json").read_text())
+    return {"round": r, "success_rate": ev["success_rate"], "failure_rate": ev["failure_rate"],
+            "throughput_per_hour": ev["throughput_per_hour"], "mean_length": ev["mean_length"],
+            "collected_episodes": col.get("episodes", 0), "collected_success_rate": col.get("success_rate"),
+            "intervention_rate": col.get("intervention_rate") if r > 0 else None,
+            "dataset_frames": labels["frames"], "voc_train": labels.get("summary", {}).get("voc"),
+            "train_s": state.done(f"round_{r}/train")["seconds"], "collect_s": col.get("seconds"),
+            "eval_s": ev["seconds"]}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The per-round Markdown table."""
+    lines = ["| round | success | failure | throughput (/h) | episodes with a take-over | frames | VOC (train) |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        inter = "-" if row["intervention_rate"] is None else f"{row['intervention_rate']:.2f}"
+        voc = "-" if row["voc_train"] is None else f"{row['voc_train']:.3f}"
+        lines.append(f"| {row['round']} | {row['success_rate']:.3f} | {row['failure_rate']:.3f} | "
+                     f"{row['throughput_per_hour']:.0f} | {inter} | {row['dataset_frames']} | {voc} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_rounds(rows: list[dict[str, Any]], path: Path, task: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds = [row["round"] for row in rows]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax.plot(rounds, [row["success_rate"] for row in rows], "o-", label="success")
+    ax.plot(rounds, [row["failure_rate"] for row in rows], "s--", label="failure")
+    ax.set_xlabel("round")
+    ax.set_ylim(0, 1.05)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    bx.plot(rounds, [row["throughput_per_hour"] for row in rows], "o-")
+    bx.set_xlabel("round")
+    bx.set_ylabel("successes per hour of robot time")
+    bx.grid(alpha=0.3)
+    fig.suptitle(f"RECAP improvement loop, {task}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
