@@ -34,8 +34,8 @@ class SO101SimRobotConfig(RobotConfig):
     # Like so101_follower: cap on |goal - present| per send_action, one value (degrees; gripper 0..100 units) or
     # one per motor name ({"shoulder_pan": 5.0, ...}); None: no cap beyond the simulated servo's own speed.
     max_relative_target: float | dict[str, float] | None = None
-    # A pause of more than this many seconds between control calls (get_observation / send_action) starts a new
-    # scene: what lerobot-record does between episodes (saving one) is a person resetting the scene. None: never.
+    # A get_observation more than this many seconds after the last send_action starts a new scene: what LeRobot's
+    # recorders do between episodes (saving one) is a person resetting the scene. None: never.
     idle_reset_s: float | None = 0.5
     # Control steps after which the scene's task counts as timed out and the next send_action starts a new scene;
     # None: no time limit (LeRobot's episode_time_s bounds episodes).

@@ -21,9 +21,11 @@ the action returned is the goal written, as the follower returns its ``Goal_Posi
 Time: each ``send_action`` advances the scene one control step, whatever the wall clock says (lerobot-record's loop
 paces itself at ``fps``; keep ``--dataset.fps=30``, the task's rate). The scene is one continuous world: success does
 not end it and there is no time limit unless ``time_limit_steps`` is set. A new scene starts at ``connect``, on
-``reset_scene()``, and after any pause longer than ``idle_reset_s`` between control calls (LeRobot's recorder pauses
-while it saves an episode: the simulated person resets the scene then, so every recorded episode after the first
-starts from a fresh scene).
+``reset_scene()``, and when a ``get_observation`` comes more than ``idle_reset_s`` after the last ``send_action``
+(LeRobot's recorders pause there while they save an episode -- lerobot-record took ~1.1 s for two 96x128 cameras --
+and the simulated person resets the scene then, so every recorded episode after the first starts from a fresh scene;
+time a loop spends between reading and acting, a slow policy, never counts). LeRobot has no reset hook for robots;
+set ``idle_reset_s`` below the save time when it is quicker (``--dataset.streaming_encoding=true``), or None.
 
 Connected instances are listed by ``live_robots()``: the simulated leader (``real.sim_teleop``) finds its robot there.
 """
@@ -87,9 +89,9 @@ class SO101SimRobot(Robot):
         self._obs: dict[str, Any] | None = None  # this step's observation, rendered on first read
         self._success = False
         self._ended = False
-        self._last_call: float | None = None
-        self.episode_index = -1  # scenes started since connect, minus one (the current scene's index)
-        self.episode_step = 0  # control steps in the current scene
+        self._last_send: float | None = None  # time.monotonic() at the end of the last send_action
+        self.scene_index = -1  # scenes started since connect, minus one (the current scene's index)
+        self.scene_step = 0  # control steps in the current scene
         self.total_steps = 0  # control steps since connect
         self.scenes_solved = 0  # scenes whose task was solved at some step, since connect
         self.gripper_range = features.sim_gripper_range()
@@ -146,7 +148,7 @@ class SO101SimRobot(Robot):
         with self.lock:
             self._view = LeRobotView(env, cameras=tuple(c.camera_names) or ("front",),
                                      image_size=(c.image_height, c.image_width))
-            self.episode_index, self.total_steps, self.scenes_solved = -1, 0, 0
+            self.scene_index, self.total_steps, self.scenes_solved = -1, 0, 0
             self._reset(seed=c.seed)
 
     @check_if_not_connected
@@ -155,14 +157,14 @@ class SO101SimRobot(Robot):
             view, self._view, self._obs = self._view, None, None
             view.close()
         log.info("%s disconnected: %d control steps in %d scenes, %d solved", self, self.total_steps,
-                 self.episode_index + 1, self.scenes_solved)
+                 self.scene_index + 1, self.scenes_solved)
 
     # -------------------------------------------------------------------------------------------- control
     @check_if_not_connected
     def get_observation(self) -> dict[str, Any]:
         """The joints (body degrees, gripper 0..100) and one uint8 (H, W, 3) image per camera, of the scene now."""
         with self.lock:
-            self._tick()
+            self._reset_if_idle()
             if self._obs is None:
                 view = self._view
                 rad = view.env_obs[keys.PROPRIO][0]
@@ -201,7 +203,6 @@ class SO101SimRobot(Robot):
             if not ok:
                 raise ValueError(f"so101_sim: goal {k}={v!r} is not a finite number; nothing was written")
         with self.lock:
-            self._tick()
             if self._ended:  # the scene's task timed out or failed: a person sets up the next one
                 self._reset()
             present = self._present()
@@ -225,8 +226,9 @@ class SO101SimRobot(Robot):
             self._ended = bool(terminated[0] or truncated[0])
             self._goal = target
             self._obs = None
-            self.episode_step += 1
+            self.scene_step += 1
             self.total_steps += 1
+            self._last_send = time.monotonic()
             return goal
 
     # ---------------------------------------------------------------------------------------- our tools
@@ -269,21 +271,22 @@ class SO101SimRobot(Robot):
         view.reset(seed=seed)
         self._goal = self._measured_robot_units()
         self._obs, self._success, self._ended, self._solved = None, False, False, False
-        self.episode_index += 1
-        self.episode_step = 0
-        self._last_call = None
-        log.info("%s: scene %d of %s (%s)", self, self.episode_index, self.config.task, view.instructions[0])
+        self.scene_index += 1
+        self.scene_step = 0
+        self._last_send = None
+        log.info("%s: scene %d of %s (%s)", self, self.scene_index, self.config.task, view.instructions[0])
 
-    def _tick(self) -> None:
-        """A new scene after a pause of more than ``idle_reset_s`` (module docstring), then restart the clock."""
-        now = time.monotonic()
+    def _reset_if_idle(self) -> None:
+        """A new scene when more than ``idle_reset_s`` passed since the last ``send_action`` (module docstring).
+        Only the gap from a ``send_action`` to the next ``get_observation`` counts: a control loop's own work between
+        reading and acting (a slow policy) never resets the scene."""
         idle = self.config.idle_reset_s
-        if idle is not None and self._last_call is not None and self.episode_step > 0 \
-                and now - self._last_call > idle:
-            log.info("%s: no control call for %.2f s (> idle_reset_s %.2f): a new scene", self, now - self._last_call,
-                     idle)
+        if idle is None or self._last_send is None:
+            return
+        gap = time.monotonic() - self._last_send
+        if gap > idle:
+            log.info("%s: %.2f s since the last action (> idle_reset_s %.2f): a new scene", self, gap, idle)
             self._reset()
-        self._last_call = now
 
     def _measured_robot_units(self) -> torch.Tensor:
         rad = self._view.arm.qpos(self._view.env.physics.state.qpos)[0].cpu()

@@ -110,10 +110,10 @@ class SO101SimLeader(Teleoperator):
             view = robot.view
             if self._expert is None or self._expert_env is not view.env:
                 self._expert = make_expert(view.env, quality=self.config.quality, seed=self.config.seed)
-                self._expert_env, self._episode = view.env, robot.episode_index
-            elif self._episode != robot.episode_index:
+                self._expert_env, self._episode = view.env, robot.scene_index
+            elif self._episode != robot.scene_index:
                 self._expert.reset()
-                self._episode = robot.episode_index
+                self._episode = robot.scene_index
             target_deg = view.to_target(self._expert.act(view.env_obs))  # float32 [1, 6] degrees
             return features.action_to_robot(target_deg[0], robot.gripper_range)
 

@@ -94,7 +94,7 @@ def test_send_action_caps_goals_like_the_follower_and_the_arm_reaches_them(tmp_p
     for _ in range(40):
         assert robot.send_action(goal)["shoulder_pan.pos"] == pytest.approx(start + 20.0)
     assert robot.get_observation()["shoulder_pan.pos"] == pytest.approx(start + 20.0, abs=1.0)
-    assert robot.episode_step == 40
+    assert robot.scene_step == 40
 
 
 def test_missing_motors_hold_their_goal_and_bad_goals_write_nothing(tmp_path):
@@ -108,12 +108,12 @@ def test_missing_motors_hold_their_goal_and_bad_goals_write_nothing(tmp_path):
     after = robot.get_observation()
     assert after["shoulder_pan.pos"] == pytest.approx(obs["shoulder_pan.pos"] - 15.0, abs=1.0)
     assert after["elbow_flex.pos"] == pytest.approx(obs["elbow_flex.pos"], abs=1.0)  # held at its start goal
-    steps = robot.episode_step
+    steps = robot.scene_step
     with pytest.raises(ValueError, match="elbow_flex.pos"):
         robot.send_action({"shoulder_pan.pos": 0.0, "elbow_flex.pos": float("nan")})
     with pytest.raises(KeyError, match="elbow.pos"):
         robot.send_action({"elbow.pos": 0.0})
-    assert robot.episode_step == steps  # nothing written, no step
+    assert robot.scene_step == steps  # nothing written, no step
 
 
 def test_reset_scene_and_a_pause_start_new_scenes(tmp_path):
@@ -124,19 +124,22 @@ def test_reset_scene_and_a_pause_start_new_scenes(tmp_path):
     goal = {k: goal[k] + (25.0 if k == "shoulder_pan.pos" else 0.0) for k in features.POS_FEATURES}
     for _ in range(10):
         robot.send_action(goal)
-    assert robot.episode_index == 0 and abs(_sim_deg(robot)[0] - first[0]) > 10.0
+    assert robot.scene_index == 0 and abs(_sim_deg(robot)[0] - first[0]) > 10.0
     robot.get_observation()  # calls within idle_reset_s: the same scene
-    assert robot.episode_index == 0
+    time.sleep(0.3)  # a slow policy between reading and acting: the same scene
+    robot.send_action(goal)
+    robot.get_observation()
+    assert robot.scene_index == 0
     time.sleep(0.3)
     robot.get_observation()  # a pause longer than idle_reset_s: a person reset the scene
-    assert robot.episode_index == 1 and robot.episode_step == 0
+    assert robot.scene_index == 1 and robot.scene_step == 0
     assert abs(_sim_deg(robot)[0] - first[0]) < 5.0  # home again (within the reset's joint noise)
     time.sleep(0.3)
     robot.get_observation()  # no step since the reset: nothing to reset
-    assert robot.episode_index == 1
+    assert robot.scene_index == 1
     robot.reset_scene(seed=3)
     np.testing.assert_allclose(_sim_deg(robot), first, atol=1e-9)  # the same seed, the same scene
-    assert robot.episode_index == 2
+    assert robot.scene_index == 2
 
 
 def test_latency_and_physical_overrides_change_the_arm(tmp_path):
