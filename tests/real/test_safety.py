@@ -15,7 +15,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from real.faults import FaultPlan
 from real.robot_env import safe_connect
 from real.safety import (
     MAX_TICK,
@@ -202,7 +201,7 @@ def test_a1_property_action_dicts(fuzz_arm, action):
     cmd = safety.command(action, present)
     assert cmd.rejected != ok
     robot.send_action(safety.as_action(cmd.values))
-    tick, raw = bus.servos.goal_ticks[-1]
+    _, raw = bus.servos.goal_ticks[-1]
     assert len(bus.servos.goal_ticks) == writes + 1 and sorted(raw) == [1, 2, 3, 4, 5, 6]
     for i, v in raw.items():
         lo, hi = tick_bounds()[i]
@@ -250,7 +249,7 @@ def test_a2_relative_cap_holds_for_10000_random_steps(tmp_path):
         for i in range(1, 7):
             assert abs(raw[i] - present_ticks[i]) <= cap_ticks[i], (i, raw[i], present_ticks[i])
         assert np.allclose([sent[n] for n in NAMES], cmd.values)  # what LeRobot reports as sent = the clipped command
-        written = bus._normalize(dict(raw))  # noqa: SLF001 - LeRobot's own reading of the ticks
+        written = bus._normalize(dict(raw))
         for i, n in enumerate(NAMES):
             assert abs(written[i + 1] - cmd.values[i]) <= 1.0 / ticks_per_unit(MOTORS[i]) + 1e-9
     assert clipped > 2000  # the cap really acted
@@ -298,11 +297,11 @@ def test_a3_no_jump_at_connect_or_at_any_hand_over(tmp_path):
     run_session(env, driver, teleop, ScheduledTakeover([15, 30]), None, None, episodes=1, stop_on_success=False)
     writes = bus.servos.goal_ticks[1:]  # after safe_connect's hold write
     assert len(writes) == 60
-    first = np.array([bus._normalize({i: writes[0][1][i]})[i] for i in range(1, 7)])  # noqa: SLF001
+    first = np.array([bus._normalize({i: writes[0][1][i]})[i] for i in range(1, 7)])
     assert np.all(np.abs(first - present0)[:5] <= 1.0 + 1 / k) and abs(first[5] - present0[5]) <= 1.0 + 0.1
     caps = safety.cap + np.array([1 / k] * 5 + [1 / 14])
     for t, (_, raw) in enumerate(writes):
-        goal = np.array([bus._normalize({i: raw[i]})[i] for i in range(1, 7)])  # noqa: SLF001
+        goal = np.array([bus._normalize({i: raw[i]})[i] for i in range(1, 7)])
         assert np.all(np.abs(goal - presents[t]) <= caps + 1e-9), f"tick {t}: jump {np.abs(goal - presents[t])}"
 
 
@@ -369,7 +368,7 @@ def test_a13_malformed_chunks_are_rejected_before_any_write(tmp_path):
     assert safety.rejects == 3 and policy.calls == 3
     present = env.present
     for _, raw in bus.servos.goal_ticks:
-        goal = np.array([bus._normalize({i: raw[i]})[i] for i in range(1, 7)])  # noqa: SLF001
+        goal = np.array([bus._normalize({i: raw[i]})[i] for i in range(1, 7)])
         assert np.allclose(goal, present, atol=0.2)
 
 
