@@ -4,6 +4,7 @@ episodes that ``robot-rl offline`` trains on."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -24,6 +25,7 @@ TINY_VLA = ["algo.policy.conv_channels=[8,8]", "algo.policy.conv_strides=[2,2]",
             "algo.policy.time_dim=8", "algo.policy.horizon=4", "algo.policy.executed_steps=2",
             "algo.policy.num_steps=2", "dataset.batch_size=8", "dataset.progress=false", "logger.progress=false",
             "logger.tensorboard=false"]
+PLUGINS = ("lerobot_robot_so101_sim", "lerobot_teleoperator_so101_sim_leader", "lerobot_policy_robot_rl")
 DONE = re.compile(r"disconnected: (\d+) control steps in (\d+) scenes, (\d+) solved")
 
 
@@ -33,9 +35,15 @@ def _run(args: list[str], tmp_path: Path, timeout: float = 180) -> subprocess.Co
 
 
 def _needs(tool: str) -> Path:
+    """LeRobot's CLI ``tool``, with our plugin distributions installed (``make setup``)."""
     exe = BIN / tool
     if not exe.exists():
         pytest.fail(f"{exe} is missing: run `make setup` (LeRobot's CLIs and our plugins)")
+    for dist in PLUGINS:
+        try:
+            importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pytest.fail(f"the LeRobot plugin {dist} is not installed: run `make setup` (pip install -e plugins/{dist})")
     return exe
 
 

@@ -141,6 +141,14 @@ def test_reset_scene_and_a_pause_start_new_scenes(tmp_path):
     np.testing.assert_allclose(_sim_deg(robot), first, atol=1e-9)  # the same seed, the same scene
     assert robot.scene_index == 2
 
+    timed = _robot(tmp_path, time_limit_steps=3, idle_reset_s=None)
+    timed.connect()
+    for _ in range(3):
+        timed.send_action(goal)
+    assert timed.scene_index == 0 and timed.scene_step == 3
+    timed.send_action(goal)  # the task timed out: this action lands in a new scene
+    assert timed.scene_index == 1 and timed.scene_step == 1
+
 
 def test_latency_and_physical_overrides_change_the_arm(tmp_path):
     def pan_after(steps: int, **kw) -> float:
