@@ -165,6 +165,21 @@ def build_runner(name: str, env: VecEnv, algo: Algorithm, runner_keys: dict[str,
     return entry.runner(env, algo, cfg, logger, checkpoints, meta, demo=demo)
 
 
+def target_to_env_action(env: VecEnv) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
+    """For an SO-101 task env: (``observation.state`` [M, 6] degrees, ``action`` [M, 6] degree targets) -> the env's
+    actions [M, 6], ``SO101Arm.ctrl_to_action(measured q, target)`` as ``sim.lerobot_view`` steps them (here the
+    measured q is the recorded state); None for other envs."""
+    arm = getattr(getattr(env, "task", None), "arm", None)
+    if arm is None or not hasattr(arm, "ctrl_to_action"):
+        return None
+    from sim.so101 import deg_to_rad
+
+    def convert(state: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return arm.ctrl_to_action(deg_to_rad(state).to(env.device), deg_to_rad(target).to(env.device)).cpu()
+
+    return convert
+
+
 def build_demo_buffer(settings: DemoDatasetSettings, algo_name: str, env: VecEnv, algo: Algorithm, task_cfg: Any,
                       device: torch.device) -> ReplayBuffer | None:
     """The demonstration buffer of ``demo_dataset.root`` (None when unset), in the env's terms: the groups the
@@ -183,15 +198,7 @@ def build_demo_buffer(settings: DemoDatasetSettings, algo_name: str, env: VecEnv
 
     obs_dims = {g: _flat_group(env, g, algo_name) for g in algo.obs_groups}
     ends = EpisodeEnds(env.max_episode_length, bool(getattr(task_cfg, "terminate_on_success", True)))
-    arm = getattr(getattr(env, "task", None), "arm", None)
-    to_env_action = None
-    if arm is not None and hasattr(arm, "ctrl_to_action"):
-        from sim.so101 import deg_to_rad
-
-        def to_env_action(state: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            return arm.ctrl_to_action(deg_to_rad(state).to(env.device), deg_to_rad(target).to(env.device)).cpu()
-
-    buffer, tr = load_demo_buffer(settings.root, obs_dims, env.action_dim, ends, device, to_env_action,
+    buffer, tr = load_demo_buffer(settings.root, obs_dims, env.action_dim, ends, device, target_to_env_action(env),
                                   settings.max_episodes)
     print(f"demo buffer: {len(tr)} transitions from {tr.num_episodes} episodes ({tr.num_successes} successful) of "
           f"{settings.root}; actions from {tr.action_source}", file=sys.stderr)

@@ -1,0 +1,209 @@
+"""FlashSAC on so101_lift from scratch vs with logged demonstrations (RLPD 50/50 batches), at equal env steps.
+
+1. **Demos.** ``robot-rl collect task=so101_lift env_state=true task.cameras=[]`` records ``--demos`` episodes of the
+   scripted expert (``--quality``: 1.0 the expert as written; lower adds its flaws: noise, pauses, detours, missed
+   grasps, dropped cubes) into a LeRobotDataset v3 (parquet only, no cameras).
+2. **Training.** ``robot-rl train task=so101_lift algo=flashsac`` built the CLI's way (``robot_rl.cli.build``), once
+   as it is and once with ``demo_dataset.root=<the demos>``, per seed; everything else identical (configs/algo/
+   flashsac.yaml: 16 envs, batch 256, ...). Every ``--eval-every`` env steps the deterministic policy is evaluated
+   on 50 seeded episodes (the same seeds for every run). Runs go ``--workers`` at a time, one process each with one
+   torch thread, so two fit two cores.
+3. **Result.** Success against env steps (env steps do not depend on how loaded the machine is; the wall-clock does,
+   and is recorded too); the env steps each run took to reach ``--target`` success. Goal: with demos, ``--target``
+   in at most half the env steps from scratch needs (a run that never gets there counts as the budget, so the ratio
+   is then an upper bound).
+
+    python benchmarks/flashsac_demos.py                      # 50 expert demos, 2 seeds, 150k env steps (~25 min)
+    python benchmarks/flashsac_demos.py --seeds 0 --env-steps 40000 --name flashsac_demos_reduced   # a short pass
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import RESULTS, goal, write_result
+
+TASK, EVAL_EPISODES, EVAL_SEED = "so101_lift", 50, 10_000
+ARMS = ("scratch", "demos")
+
+
+def collect_demos(root: Path, episodes: int, quality: float, seed: int) -> dict[str, Any]:
+    """Record the demonstrations with ``robot-rl collect`` (state columns, no cameras)."""
+    from robot_rl.cli.build import compose
+    from robot_rl.cli.collect import collect
+
+    t = time.perf_counter()
+    cfg = compose("collect", [f"task={TASK}", f"episodes={episodes}", f"dataset.root={root}", "env_state=true",
+                              "task.cameras=[]", f"quality={quality}", f"seed={seed}", "sim.num_envs=16",
+                              "sim.num_threads=2", "progress=false"])
+    out = collect(cfg)
+    return {"episodes": out.episodes, "successes": out.successes, "frames": out.frames,
+            "seconds": round(time.perf_counter() - t, 1), "quality": quality, "seed": seed}
+
+
+def train_run(arm: str, seed: int, demos: str | None, env_steps: int, eval_every: int) -> dict[str, Any]:
+    """One FlashSAC run as ``robot-rl train`` builds it (with ``demo_dataset.root`` for the demos arm), driven
+    iteration by iteration to ``env_steps``, evaluated every ``eval_every`` env steps (the clock excludes it)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from robot_rl.checkpoint import CheckpointManager
+    from robot_rl.cli.build import (
+        build_algorithm,
+        build_demo_buffer,
+        build_env,
+        build_runner,
+        compose,
+        seed_everything,
+    )
+    from robot_rl.cli.config import DemoDatasetSettings
+    from robot_rl.evaluation import evaluate
+    from robot_rl.logging import LoggerConfig, RunLogger
+    from robot_rl.runners.common import RunLimits
+    from sim.config import SimConfig
+    from sim.registry import config_from_dict, make_env, task_config
+
+    torch.set_num_threads(1)
+    overrides = [f"task={TASK}", "algo=flashsac", f"seed={seed}", "sim.num_threads=1"]
+    cfg = OmegaConf.to_container(compose("train", overrides), resolve=True)
+    algo_raw, task_raw = dict(cfg["algo"]), dict(cfg["task"])
+    algo_name = algo_raw.pop("name")
+    seed_everything(seed)
+    env = build_env(task_raw, cfg["sim"])
+    algo, runner_keys = build_algorithm(algo_name, algo_raw, env, torch.device("cpu"))
+    task_cfg = config_from_dict(task_raw.pop("name"), task_raw)
+    demo = build_demo_buffer(DemoDatasetSettings(root=demos), algo_name, env, algo, task_cfg, torch.device("cpu"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"flashsac_demos_{arm}_{seed}_"))
+    logger = RunLogger(tmp, LoggerConfig(progress=False, tensorboard=False))
+    runner = build_runner(algo_name, env, algo, runner_keys, RunLimits(total_steps=None, max_minutes=1e9, seed=seed),
+                          logger, CheckpointManager(tmp / "c"), {}, demo)
+    ev = make_env(TASK, SimConfig(num_envs=EVAL_EPISODES, num_threads=1, seed=EVAL_SEED), task_config(TASK))
+    policy = algo.policy
+    curve, next_eval = [], 0
+    runner.start()
+    while True:
+        if runner.env_steps >= next_eval or runner.env_steps >= env_steps:
+            policy.eval()
+            r = evaluate(ev, lambda o: policy.act(o, deterministic=True), EVAL_EPISODES, seed=EVAL_SEED)
+            curve.append({"env_steps": runner.env_steps, "wall_s": round(runner.elapsed_s, 1),
+                          "success_rate": round(r.success_rate, 4), "mean_return": round(r.mean_return, 3)})
+            print(f"  {arm:7s} seed {seed}: {runner.env_steps:7d} env steps {runner.elapsed_s:6.1f} s "
+                  f"success {r.success_rate:.2f} return {r.mean_return:8.2f}", flush=True)
+            next_eval += eval_every
+            if runner.env_steps >= env_steps:
+                break
+        runner.run_iteration()
+    env.close()
+    ev.close()
+    logger.close()
+    return {"arm": arm, "seed": seed, "curve": curve,
+            "demo_transitions": 0 if demo is None else demo.num_transitions}
+
+
+def _job(args: tuple) -> dict[str, Any]:
+    return train_run(*args)
+
+
+def steps_to(curve: list[dict[str, Any]], target: float) -> int | None:
+    """Env steps at the first evaluation with success >= target (None: never)."""
+    return next((p["env_steps"] for p in curve if p["success_rate"] >= target), None)
+
+
+def summarize(runs: list[dict[str, Any]], target: float, budget: int) -> dict[str, Any]:
+    """Per arm: env steps to the target per seed, their median (a run that never got there counts as the budget),
+    final success; and the demos / scratch ratio of the medians."""
+    out: dict[str, Any] = {}
+    for arm in ARMS:
+        mine = [r for r in runs if r["arm"] == arm]
+        hits = [steps_to(r["curve"], target) for r in mine]
+        out[arm] = {"seeds": [r["seed"] for r in mine], "env_steps_to_target": hits,
+                    "env_steps_to_target_median": statistics.median([budget if h is None else h for h in hits]),
+                    "final_success": [r["curve"][-1]["success_rate"] for r in mine]}
+    out["ratio_demos_over_scratch"] = round(out["demos"]["env_steps_to_target_median"]
+                                            / out["scratch"]["env_steps_to_target_median"], 4)
+    out["scratch_reached_target"] = all(h is not None for h in out["scratch"]["env_steps_to_target"])
+    return out
+
+
+def plot(runs: list[dict[str, Any]], target: float, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for arm, colour in zip(ARMS, ("tab:gray", "tab:blue"), strict=True):
+        for i, r in enumerate(x for x in runs if x["arm"] == arm):
+            xs = [p["env_steps"] for p in r["curve"]]
+            ys = [p["success_rate"] for p in r["curve"]]
+            ax.plot(xs, ys, color=colour, alpha=0.9, label=arm if i == 0 else None, marker=".")
+    ax.axhline(target, color="k", lw=0.8, ls=":")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(f"success rate ({EVAL_EPISODES} seeded episodes)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--demos", type=int, default=50, help="scripted demonstration episodes")
+    p.add_argument("--quality", type=float, default=1.0, help="the expert's quality in [0, 1] (sim.experts)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--env-steps", type=int, default=150_000, help="env steps per run (both arms)")
+    p.add_argument("--eval-every", type=int, default=10_000, help="env steps between evaluations")
+    p.add_argument("--target", type=float, default=0.8, help="success rate the env steps are counted to")
+    p.add_argument("--workers", type=int, default=2, help="runs at a time (one process and core each)")
+    p.add_argument("--data", type=Path, default=None, help="demo dataset folder (default: a new temporary one)")
+    p.add_argument("--name", default="flashsac_demos", help="result name (benchmarks/results/<name>.json/.png)")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args()
+
+    data = a.data or Path(tempfile.mkdtemp(prefix="flashsac_demos_data_")) / "demos"
+    t0 = time.perf_counter()
+    record: dict[str, Any] = {}
+    if not (data / "meta" / "info.json").is_file():
+        record["collect"] = collect_demos(data, a.demos, a.quality, seed=123)
+        print(f"collected {record['collect']}", flush=True)
+    jobs = [(arm, s, str(data) if arm == "demos" else None, a.env_steps, a.eval_every) for s in a.seeds for arm in ARMS]
+    with mp.get_context("spawn").Pool(a.workers) as pool:
+        runs = pool.map(_job, jobs, chunksize=1)
+    summary = summarize(runs, a.target, a.env_steps)
+    pct = round(a.target * 100)
+    ratio_name = f"env_steps_to_{pct}pct_success_demos_over_scratch_{TASK}"
+    goals = [goal(ratio_name, summary["ratio_demos_over_scratch"], 0.5, "<="),
+             goal(f"success_with_demos_at_{a.env_steps}_env_steps_{TASK}",
+                  statistics.median(summary["demos"]["final_success"]), a.target, ">=")]
+    title = (f"FlashSAC on {TASK}: from scratch vs with {a.demos} demos (quality {a.quality}), "
+             f"seeds {a.seeds}")
+    a.out.mkdir(parents=True, exist_ok=True)
+    plot(runs, a.target, a.out / f"{a.name}.png", title)
+    data_out = {"settings": {"task": TASK, "demos": a.demos, "quality": a.quality, "seeds": a.seeds,
+                             "env_steps": a.env_steps, "eval_every": a.eval_every, "target": a.target,
+                             "eval": f"{EVAL_EPISODES} deterministic episodes, reset seed {EVAL_SEED}",
+                             "algo": "configs/algo/flashsac.yaml (16 envs), algo.demo_fraction 0.5 with demos",
+                             "workers": a.workers, "torch_threads": 1},
+                **record, "summary": summary, "runs": runs, "total_s": round(time.perf_counter() - t0, 1),
+                "notes": "A run that never reached the target counts as the budget in the medians: the ratio is "
+                         "then an upper bound of the true one. Wall-clock seconds are from runs sharing the "
+                         "machine (--workers at a time) and are not comparable across machines; env steps are."}
+    path = write_result(a.name, data_out, goals, a.out)
+    print(f"wrote {path}; goals: {goals}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
