@@ -72,6 +72,13 @@ class SO101SimRobot(Robot):
         config: the robot's config.
         task_cfg: optional typed task config (``sim.registry.task_config(config.task, {...})``) for our own tools;
             default: the task's defaults. Its cameras, time limit and success termination are set by the robot.
+
+    Attributes:
+        cameras: camera name -> (H, W) px.
+        gripper_range: the degrees the gripper's 0..100 spans (``real.features.sim_gripper_range``).
+        lock: the re-entrant lock every call holds (the simulated leader holds it while it reads the scene).
+        scene_index, scene_step: the current scene (0 after connect) and its control steps.
+        total_steps, scenes_solved: control steps and solved scenes since connect.
     """
 
     config_class = SO101SimRobotConfig
@@ -89,6 +96,7 @@ class SO101SimRobot(Robot):
         self._obs: dict[str, Any] | None = None  # this step's observation, rendered on first read
         self._success = False
         self._ended = False
+        self._solved = False  # the current scene's task was solved at some step
         self._last_send: float | None = None  # time.monotonic() at the end of the last send_action
         self.scene_index = -1  # scenes started since connect, minus one (the current scene's index)
         self.scene_step = 0  # control steps in the current scene
