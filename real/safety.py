@@ -551,8 +551,8 @@ class TorqueOffReport:
 def torque_off_all(robot: Any, packet_ms: int = 10) -> TorqueOffReport:
     """Disable torque on every motor, best effort, in bounded time (A5): each motor gets one ``Torque_Enable = 0``
     write with a ``packet_ms`` packet timeout and no retries; a failing motor is named and the others are still tried
-    (LeRobot's ``disable_torque`` stops at the first failure). A robot without a motor bus (a simulated arm) is asked
-    through its own ``disable_torque()``, else disconnected."""
+    (LeRobot's ``disable_torque`` stops at the first failure). A robot without a motor bus is asked through its own
+    ``disable_torque()`` if it has one (a simulated arm without one has no torque: only the commands stop)."""
     t0 = time.perf_counter()
     report = TorqueOffReport()
     bus = getattr(robot, "bus", None)
@@ -571,13 +571,12 @@ def torque_off_all(robot: Any, packet_ms: int = 10) -> TorqueOffReport:
                 report.disabled.append(motor)
             except Exception as e:  # noqa: BLE001 - every motor is tried, whatever one raised
                 report.failed[motor] = f"{type(e).__name__}: {str(e).strip()[:120]}"
-    else:
+    else:  # no motor bus: the robot's own disable_torque(); a simulated arm without one has no torque to cut (the
+        # guard stops sending commands; it is disconnected later, from the thread that owns it)
         name = type(robot).__name__
         try:
             if hasattr(robot, "disable_torque"):
                 robot.disable_torque()
-            elif getattr(robot, "is_connected", False):
-                robot.disconnect()
             report.disabled.append(name)
         except Exception as e:  # noqa: BLE001
             report.failed[name] = f"{type(e).__name__}: {str(e)[:120]}"

@@ -217,14 +217,14 @@ def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeove
     if driver is None and teleop is None:
         raise SafetyConfigError("a session needs a policy, a teleoperator, or both")
     res = SessionResult()
-    human_before = False
+    human_before: bool | None = None  # who drove the previous tick (None: nobody yet)
     for ep in range(episodes):
         frame, _ = env.reset(seed=None if seed is None else seed + ep)
         if driver is not None:
             driver.reset()
         while True:
             human = driver is None or takeover.engaged()
-            if human != human_before:
+            if human_before is not None and human != human_before:
                 res.switches += 1
                 log.info("tick %d: %s takes control", env.steps, "the person" if human else "the policy")
                 if not human and driver is not None:

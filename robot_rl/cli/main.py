@@ -26,6 +26,10 @@ commands:
   collect record episodes:  robot-rl collect task=so101_pick episodes=N dataset.root=DIR [policy=PATH] [quality=1.0]
   eval    evaluate / film:  robot-rl eval checkpoint=PATH [num_episodes=100] [task=TASK (an offline run's)]
   offline train on logged data: robot-rl offline algo=bc|recap|awr dataset.root=DIR [steps=N] [max_minutes=M] [resume=PATH]
+  deploy  run a policy on an arm: robot-rl deploy robot=so101|so101_sim checkpoint=PATH [episodes=N] [dataset.root=DIR]
+                            [teleop=so101_leader takeover=keyboard]
+  record  teleoperated demos: robot-rl record robot=so101|so101_sim teleop=so101_leader|so101_sim_leader
+                            dataset.root=DIR episodes=N
   recap   improvement loop: robot-rl recap task=so101_lift rounds=K [run_dir=DIR] [episodes_per_round=N] [steps=N]
 
 Options are Hydra overrides of the YAML files in {config_dir}."""
@@ -159,7 +163,22 @@ def recap(cfg: Any) -> Any:
     return run_recap(cfg)
 
 
-COMMANDS = {"train": train, "eval": evaluate_checkpoint, "collect": collect, "offline": offline, "recap": recap}
+def deploy(cfg: Any) -> Any:
+    """``robot-rl deploy``: run an exported policy on a robot through LeRobot, safely (robot_rl/cli/deploy.py)."""
+    from robot_rl.cli.deploy import deploy as run_deploy
+
+    return run_deploy(cfg)
+
+
+def record(cfg: Any) -> Any:
+    """``robot-rl record``: teleoperated demonstrations into a LeRobotDataset v3 (robot_rl/cli/record.py)."""
+    from robot_rl.cli.record import record as run_record
+
+    return run_record(cfg)
+
+
+COMMANDS = {"train": train, "eval": evaluate_checkpoint, "collect": collect, "offline": offline, "recap": recap,
+            "deploy": deploy, "record": record}
 
 
 def main(argv: list[str] | None = None) -> int:
