@@ -89,12 +89,12 @@ class DeployCommand(SessionSettings):
 # ------------------------------------------------------------------------------------------------ building
 def _device_classes(kind: str) -> dict[str, type]:
     """The LeRobot config classes of the robots / teleoperators our configs name (imported so they register)."""
-    import lerobot.robots.so_follower  # noqa: F401 - registers so101_follower
+    import lerobot.robots.so_follower
     import lerobot.teleoperators.so_leader  # noqa: F401 - registers so101_leader
     from lerobot.robots.config import RobotConfig
     from lerobot.teleoperators.config import TeleoperatorConfig
 
-    import real.config_sim_robot  # noqa: F401 - registers so101_sim
+    import real.config_sim_robot
     import real.config_sim_teleop  # noqa: F401 - registers so101_sim_leader
 
     if kind == "robot":
@@ -138,7 +138,7 @@ def build_robot(raw: dict[str, Any]) -> Any:
     cfg = _decode("robot", dict(raw))
     try:
         robot = make_robot_from_config(cfg)
-    except Exception as e:  # noqa: BLE001 - LeRobot loads the calibration in the constructor
+    except Exception as e:
         raise CalibrationError(f"robot id {cfg.id!r}: {type(e).__name__}: {str(e)[:200]}") from e
     bus = getattr(robot, "bus", None)
     if bus is not None and robot.calibration_fpath.is_file():
@@ -200,7 +200,7 @@ def connect_all(robot: Any, teleop: Any, safety: Any) -> None:
     if teleop is not None:
         try:
             teleop.connect(calibrate=False)
-        except Exception as e:  # noqa: BLE001 - any device error, named
+        except Exception as e:
             raise DeviceSetupError(f"teleop {teleop}: cannot connect ({type(e).__name__}: {e})") from e
     try:
         safe_connect(robot, safety)
@@ -252,7 +252,7 @@ def run_guarded(name: str, body: Any) -> Any:
         raise SystemExit(130) from None
     except (ValueError, FileNotFoundError, OutputWriteError):
         raise  # robot-rl's own exit statuses: 2 (config, calibration, port, camera), 4 (a failed write)
-    except Exception as e:  # noqa: BLE001 - a policy, camera or device failure inside the loop
+    except Exception as e:
         logging.getLogger(__name__).debug("stopped", exc_info=True)
         print(f"robot-rl {name}: stopped by {type(e).__name__}: {str(e).strip()[:300]}; torque was turned off",
               file=sys.stderr)

@@ -1,0 +1,263 @@
+"""``robot-rl deploy`` end to end on so101_sim, its config, its refusals (calibration, port, camera: nothing moves) and
+its exit statuses (RELIABILITY.md A2, A4, A13)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from policies import keys
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+SIM = ["robot=so101_sim", "robot.task=so101_pick", "robot.image_height=32", "robot.image_width=32",
+       "safety.watchdog_s=1.0"]  # a loaded 2-core CI machine renders the scene slower than a real arm's loop
+
+
+def vla(folder: Path) -> Path:
+    """An exported (untrained) flow VLA reading front + wrist at 32x32: its chunks aim near 0 degrees."""
+    from policies import FlowVLAConfig, FlowVLAPolicy
+
+    torch.manual_seed(0)
+    cfg = FlowVLAConfig(image_size=[32, 32], horizon=4, executed_steps=2, conv_channels=[8, 8], conv_strides=[2, 2],
+                        image_feature_dim=16, text_dim=8, hidden_dim=32, num_blocks=1, time_dim=8, num_steps=2,
+                        vocab=["pick", "up", "the", "red", "green", "blue", "cube"])
+    FlowVLAPolicy(cfg).save(folder)
+    return folder
+
+
+def run_main(argv: list[str]) -> int:
+    from robot_rl.cli.main import main
+
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return int(e.code)
+
+
+# ------------------------------------------------------------------------------------------------ config
+def _defaults(cls) -> dict:
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            v = f.default_factory()
+            out[f.name] = _defaults(type(v)) if dataclasses.is_dataclass(v) else v
+    return out
+
+
+def test_yaml_keys_and_values_are_the_dataclasses_defaults():
+    """configs/deploy.yaml, record.yaml, robot/so101_sim.yaml and the teleop yamls list every field with its
+    dataclass default (their schemas are not in Hydra's ConfigStore); robot/so101.yaml differs only where it says."""
+    import lerobot.robots.so_follower
+    import lerobot.teleoperators.so_leader  # noqa: F401
+    from lerobot.robots.config import RobotConfig
+    from lerobot.teleoperators.config import TeleoperatorConfig
+
+    import real.config_sim_robot
+    import real.config_sim_teleop  # noqa: F401
+    from robot_rl.cli.deploy import DeployCommand
+    from robot_rl.cli.record import RecordCommand
+
+    for name, cls, skip in (("deploy", DeployCommand, {"robot", "teleop", "checkpoint"}),
+                            ("record", RecordCommand, {"robot", "teleop"})):
+        y = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
+        y.pop("defaults")
+        want = {k: v for k, v in _defaults(cls).items() if k not in skip}
+        if name == "record":
+            want["dataset"]["root"] = "???"
+        else:
+            assert y.pop("checkpoint") == "???"
+        assert y == want, name
+    for group, base, name, overrides in (("robot", RobotConfig, "so101_sim", {}),
+                                         ("robot", RobotConfig, "so101", {"port", "cameras", "id"}),
+                                         ("teleop", TeleoperatorConfig, "so101_sim_leader", {}),
+                                         ("teleop", TeleoperatorConfig, "so101_leader", {"port"})):
+        y = yaml.safe_load((CONFIGS / group / f"{name}.yaml").read_text())
+        cls = base.get_choice_class(y.pop("type"))
+        want = _defaults(cls)
+        assert set(y) == set(want) | {"port"} & set(y), name
+        assert {k: v for k, v in y.items() if k not in overrides} == {k: want[k] for k in y if k not in overrides}
+
+
+def test_a2_a_deploy_without_a_cap_or_with_a_misspelled_key_is_refused(tmp_path, capsys):
+    """safety.max_relative_target=null -> exit 2 naming it, before anything is built; so is a misspelled key."""
+    policy = vla(tmp_path / "vla")
+    assert run_main(["deploy", *SIM, f"checkpoint={policy}", "safety.max_relative_target=null"]) == 2
+    err = capsys.readouterr().err
+    assert "safety.max_relative_target is required" in err and len(err.strip().splitlines()) == 1
+    assert run_main(["deploy", *SIM, f"checkpoint={policy}", "robot.image_hieght=32"]) == 2
+    assert "image_hieght" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+def test_a_deploy_without_port_calibration_or_camera_says_which_and_moves_nothing(tmp_path, capsys):
+    """robot=so101 with no port; with a port but no calibration file; with a broken calibration file; with a port
+    that does not exist: each exits 2 with one line naming it. A camera that cannot open is named at connect and the
+    arm never gets torque (checked on the fault bus)."""
+    from lerobot.cameras.opencv import OpenCVCameraConfig
+    from lerobot.robots.so_follower import SO101Follower, SO101FollowerConfig
+
+    from real.faults import install_fault_bus
+    from real.robot_env import safe_connect
+    from real.safety import DeviceSetupError, SafetyConfig, SafetyFilter, limits_from_robot
+    from tests.real._arm import write_calibration
+
+    policy = vla(tmp_path / "vla")
+    base = ["deploy", "robot=so101", f"checkpoint={policy}", "robot.cameras={}"]
+    assert run_main(base) == 2
+    assert "robot.port is not set" in capsys.readouterr().err
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    args = [*base, "robot.port=/dev/no-such-port", "robot.id=arm", f"robot.calibration_dir={cal}"]
+    assert run_main(args) == 2
+    err = capsys.readouterr().err
+    assert "no calibration for robot id 'arm'" in err and len(err.strip().splitlines()) == 1
+    (cal / "arm.json").write_text('{"shoulder_pan": {"id": 1')
+    assert run_main(args) == 2
+    assert "arm.json" in capsys.readouterr().err
+    write_calibration(cal)
+    assert run_main(args) == 2
+    err = capsys.readouterr().err
+    assert "robot.port=/dev/no-such-port: cannot open the motor bus" in err and len(err.strip().splitlines()) == 1
+    # a camera that is not there: named, and torque never comes on
+    robot = SO101Follower(SO101FollowerConfig(port="/dev/sim", id="arm", calibration_dir=cal, cameras={
+        "front": OpenCVCameraConfig(index_or_path="/dev/no-such-camera", width=64, height=48, fps=30)}))
+    bus = install_fault_bus(robot)
+    with pytest.raises(DeviceSetupError, match="camera 'front'"):
+        safe_connect(robot, SafetyFilter(SafetyConfig(), limits_from_robot(robot, 2.0)))
+    assert not any(v for _, _, v, _ in bus.servos.torque_writes) and not bus.port_handler.is_open
+    assert not any(bus.servos.torque_on(i) for i in range(1, 7))
+
+
+def test_a13_a_policy_of_another_size_is_refused_at_startup(tmp_path, capsys):
+    """A VLA whose images are 32x32 on a robot rendering 48x48: exit 2 naming the camera and both sizes, after which
+    nothing was commanded (the driver is checked before the first tick)."""
+    policy = vla(tmp_path / "vla")
+    argv = ["deploy", "robot=so101_sim", "robot.image_height=48", "robot.image_width=48", f"checkpoint={policy}"]
+    assert run_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "observation.images.front [3, 32, 32]" in err and "[3, 48, 48]" in err
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+def test_deploy_end_to_end_on_so101_sim_with_a_takeover_and_recording(tmp_path):
+    """robot-rl deploy of a flow VLA on so101_sim with the simulated leader taking over on ticks 10..19: two episodes
+    recorded (LeRobotDataset opens them), intervention on exactly the person's ticks, action = the clipped command
+    (within 5 deg of the state on body joints), policy_action the VLA's proposal."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    policy = vla(tmp_path / "vla")
+    root = tmp_path / "ds"
+    argv = ["deploy", *SIM, f"checkpoint={policy}", "episodes=2", "episode_s=1", f"dataset.root={root}",
+            "teleop=so101_sim_leader", "takeover=schedule", "takeover_schedule=[10,20]", "realtime=false"]
+    assert run_main(argv) == 0
+    ds = LeRobotDataset("local/ds", root=root)
+    assert ds.meta.total_episodes == 2 and len(ds) == 60
+    df = ds.hf_dataset.to_pandas()
+
+    def col(name):
+        return np.stack([np.asarray(v) for v in df[name]]).squeeze()
+
+    inter = col(keys.INTERVENTION_COL).astype(bool)
+    expected = np.zeros(60, bool)
+    expected[10:20] = True
+    assert np.array_equal(inter, expected)
+    state, action, proposal = col(keys.OBS_STATE), col(keys.ACTION_COL), col(keys.POLICY_ACTION_COL)
+    assert np.all(np.abs(action - state)[:, :5] <= 5.0 + 1e-3)
+    assert not np.allclose(proposal[~inter], action[~inter])  # the VLA's proposals were clipped, and kept
+
+
+def test_deploy_a_state_policy_on_so101_sim_and_refuse_it_on_a_real_arm(tmp_path):
+    """A Gaussian state policy trained in our simulator reads the task's state: it runs on so101_sim (from the
+    scene) and is refused, before anything moves, on a follower arm."""
+    from policies import GaussianPolicy
+    from policies.gaussian import GaussianPolicyConfig
+    from policies.processor import Features, Processor
+    from real.robot_env import ControlClock, RobotEnv, safe_connect
+    from real.safety import SafetyConfig, SafetyConfigError, SafetyFilter, limits_from_robot
+    from real.teleop import PolicyDriver
+    from sim.config import SimConfig
+    from sim.registry import make_env, task_config
+    from tests.real._arm import follower
+
+    with make_env("so101_reach", SimConfig(num_envs=1), task_config("so101_reach")) as env:
+        obs_dim = env.obs_spec.shapes[keys.POLICY][0]
+    GaussianPolicy(GaussianPolicyConfig(obs_dim=obs_dim, action_dim=6, hidden_dims=[16]),
+                   Processor(Features({keys.POLICY: [obs_dim]}, 6))).save(tmp_path / "gauss")
+    argv = ["deploy", "robot=so101_sim", "robot.task=so101_reach", "robot.camera_names=[]", f"checkpoint={tmp_path}/gauss",
+            "episodes=1", "episode_s=0.5", "realtime=false", "safety.watchdog_s=1.0"]
+    assert run_main(argv) == 0
+    robot, bus = follower(tmp_path)
+    safety = SafetyFilter(SafetyConfig(), limits_from_robot(robot, 2.0))
+    safe_connect(robot, safety)
+    env = RobotEnv(robot, safety, None, clock=ControlClock(30, sleep=False))
+    from policies import load_policy
+
+    with pytest.raises(SafetyConfigError, match="real arm does not give"):
+        PolicyDriver(load_policy(tmp_path / "gauss"), safety, robot, env)
+    assert len(bus.servos.goal_ticks) == 1  # only connect's hold
+
+
+def test_exit_statuses_name_the_way_out(capsys):
+    """Each way out of the loop: one line, its own exit status (5 safety stop, 143 SIGTERM, 130 Ctrl-C, 1 any other
+    error); config errors pass through to robot-rl's 2."""
+    from real.safety import BusLost, Terminated
+    from robot_rl.cli.deploy import run_guarded
+
+    def raising(e):
+        def body():
+            raise e
+        return body
+
+    for exc, code, text in ((BusLost("no state read for 3 ticks"), 5, "safety stop (BusLost)"),
+                            (Terminated("SIGTERM"), 143, "safety stop (Terminated)"),
+                            (KeyboardInterrupt(), 130, "interrupted"),
+                            (RuntimeError("policy forward failed"), 1, "stopped by RuntimeError")):
+        with pytest.raises(SystemExit) as info:
+            run_guarded("deploy", raising(exc))
+        assert info.value.code == code
+        err = capsys.readouterr().err
+        assert text in err and "torque was turned off" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(ValueError):
+        run_guarded("deploy", raising(ValueError("bad config")))
+
+
+def test_sigterm_stops_a_running_deploy_with_143_and_keeps_the_recorded_episodes(tmp_path):
+    """A separate process deploying on so101_sim (recording) gets SIGTERM once an episode is committed: exit 143, one
+    line on stderr, and the dataset opens with every committed episode."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from robot_rl.data.recorder import read_commit
+
+    policy = vla(tmp_path / "vla")
+    root = tmp_path / "ds"
+    argv = [sys.executable, "-m", "robot_rl.cli.main", "deploy", *SIM, f"checkpoint={policy}", "episodes=50",
+            "episode_s=0.5", f"dataset.root={root}"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "MUJOCO_GL": "egl"})
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        commit = read_commit(root) if (root / "meta").exists() else None
+        if commit and commit["total_episodes"] >= 1:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("robot-rl deploy")]
+    assert lines and "safety stop (Terminated)" in lines[-1]
+    committed = read_commit(root)["total_episodes"]
+    ds = LeRobotDataset("local/ds", root=root)
+    assert committed >= 1 and ds.meta.total_episodes == committed and len(ds) == 15 * committed
