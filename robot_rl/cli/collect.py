@@ -203,10 +203,10 @@ def record(view: Any, actor: Any, recorder: Any, episodes: int, seed: int, bar: 
         next_frames, reward, terminated, truncated, info = view.step(target, actor=who)
         t2 = time.perf_counter()
         done = terminated | truncated
-        extras = None if env_state is None else {
-            **{col: env_obs[g] for col, g in env_state.items()}, keys.ENV_ACTION_COL: info[keys.APPLIED_ACTION]}
+        extras = {} if env_state is None else {"extras": {  # the default call is as before env_state existed
+            **{col: env_obs[g] for col, g in env_state.items()}, keys.ENV_ACTION_COL: info[keys.APPLIED_ACTION]}}
         for ep in recorder.add(frames, info[keys.ACTION_COL], reward, info[keys.SUCCESS], done, actor=who,
-                               policy_action=proposal, record=keep, extras=extras):
+                               policy_action=proposal, record=keep, **extras):
             written[ep.env] += 1
             successes += int(ep.success)
             frames_written += ep.length
