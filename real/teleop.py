@@ -17,6 +17,7 @@ the guard; control never silently returns to the policy.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -248,17 +249,14 @@ def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeove
             res.human_ticks += int(human)
             if recorder is not None:
                 policy_action = proposal if proposal is not None and bool(torch.isfinite(proposal).all()) else applied
-                if done and guard is not None:
-                    with guard.paused():
-                        written = recorder.add(frame, applied, reward, success, torch.tensor([done]), actor=actor,
-                                               policy_action=policy_action)
-                else:
+                # the episode's write (and on_written) is planned work, not a stall: the watchdog waits
+                with guard.paused() if done and guard is not None else contextlib.nullcontext():
                     written = recorder.add(frame, applied, reward, success, torch.tensor([done]), actor=actor,
                                            policy_action=policy_action)
-                res.written += len(written)
-                for ep_written in written:
-                    if on_written is not None:
-                        on_written(ep_written)
+                    res.written += len(written)
+                    for ep_written in written:
+                        if on_written is not None:
+                            on_written(ep_written)
             frame = next_frame
             if done:
                 env.end_episode()

@@ -23,6 +23,7 @@ error in the loop (a policy or camera failure; torque off); 130 Ctrl-C; 143 SIGT
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from robot_rl.data.recorder import RecorderConfig
 
 ROBOT_TYPES = ("so101_follower", "so100_follower", "so101_sim")  # the robots configs/robot/ describes
 TAKEOVERS = ("none", "keyboard", "schedule")
+_SIM_IDS = itertools.count()
 
 
 @dataclass
@@ -135,7 +137,11 @@ def build_robot(raw: dict[str, Any]) -> Any:
 
     from real.safety import CalibrationError, load_calibration_file
 
-    cfg = _decode("robot", dict(raw))
+    raw = dict(raw)
+    if raw.get("type") == "so101_sim" and raw.get("id") is None:
+        # a name of its own, so its simulated leader follows this robot (teleop.robot_id), not another in the process
+        raw["id"] = f"so101_sim-{next(_SIM_IDS)}"
+    cfg = _decode("robot", raw)
     try:
         robot = make_robot_from_config(cfg)
     except Exception as e:
@@ -146,13 +152,17 @@ def build_robot(raw: dict[str, Any]) -> Any:
     return robot
 
 
-def build_teleop(raw: dict[str, Any] | None) -> Any:
-    """The LeRobot ``Teleoperator`` of the ``teleop`` group (not connected), None without one."""
+def build_teleop(raw: dict[str, Any] | None, robot: Any = None) -> Any:
+    """The LeRobot ``Teleoperator`` of the ``teleop`` group (not connected), None without one. A simulated leader
+    with no ``robot_id`` follows ``robot``."""
     if not raw:
         return None
     from lerobot.teleoperators.utils import make_teleoperator_from_config
 
-    return make_teleoperator_from_config(_decode("teleop", dict(raw)))
+    raw = dict(raw)
+    if "robot_id" in raw and raw["robot_id"] is None and robot is not None:
+        raw["robot_id"] = robot.id
+    return make_teleoperator_from_config(_decode("teleop", raw))
 
 
 def load_any_policy(path: str, device: Any) -> Any:
@@ -286,7 +296,7 @@ def deploy(cfg: Any) -> Any:
     check_dataset_root(c.dataset.root, c.dataset.append)
     policy = load_any_policy(c.checkpoint, device)  # a bad path or file fails before any device is touched
     robot = build_robot(robot_raw)
-    teleop = build_teleop(teleop_raw)
+    teleop = build_teleop(teleop_raw, robot)
     takeover = takeover_source(c, teleop)
     safety = SafetyFilter(c.safety, limits_from_robot(robot, c.safety.margin_deg))
     kwargs = session_kwargs(c, robot)

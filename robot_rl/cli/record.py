@@ -57,7 +57,7 @@ def record(cfg: Any) -> Any:
         raise ValueError("robot-rl record needs a teleoperator: teleop=<device> (configs/teleop/)")
     check_dataset_root(c.dataset.root, c.dataset.append)
     robot = build_robot(robot_raw)
-    teleop = build_teleop(teleop_raw)
+    teleop = build_teleop(teleop_raw, robot)
     safety = SafetyFilter(c.safety, limits_from_robot(robot, c.safety.margin_deg))
     kwargs = session_kwargs(c, robot)
     connect_all(robot, teleop, safety)
