@@ -1,0 +1,349 @@
+"""RECAP vs AWR vs BC on mixed-quality so101_lift demonstrations, at equal gradient steps, and the improvement loop.
+
+1. **Data.** ``robot-rl collect`` records so101_lift (front + wrist cameras at 64x64, the six joints in degrees, the
+   instruction; the visual randomization of ``benchmarks/vla_bc.py``): ``--expert-fraction`` (30 %) of the
+   episodes by the scripted expert as written (quality 1), the rest by the degraded expert (``--degraded-quality``:
+   action noise, hesitation, detours, missed grasps, dropped cubes; ``sim.experts``). A separate held-out set of
+   mixed episodes scores the value model.
+2. **Training**, per seed, each ``robot-rl offline`` run in its own process for ``--steps`` policy gradient steps:
+   ``bc`` (all data), ``awr`` and ``recap`` (the same value model and labels: RECAP's run fits them and AWR's run
+   reuses them), and ``bc_expert`` (BC on the expert episodes alone: what the good data teaches).
+3. **Evaluation**: ``--eval-episodes`` seeded episodes per policy (the same seeds for every method; other seeds than
+   the data's), success and failure rates; RECAP at each ``--betas`` (CFG β is a sampling setting of one trained
+   policy). VOC of RECAP's value model on the held-out successful episodes. A video of BC and of RECAP on the same
+   seeds.
+4. **Loop**: ``robot-rl recap`` from the mixed dataset for ``--loop-rounds`` rounds (policy collection with the
+   expert intervening where the value model says the episode goes wrong, retraining, evaluation).
+
+    python benchmarks/recap.py                  # the full run (sized to issue 15: hours on 2 CPU cores)
+    python benchmarks/recap.py --smoke --out /tmp/recap_smoke   # minutes: proves every stage end to end
+
+Writes ``recap.json`` + ``recap.png`` (+ ``recap_bc.mp4``, ``recap_recap.mp4``) into ``--out``; the JSON holds the
+seconds each stage took, to size a real run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import torch
+
+from benchmarks.common import RESULTS, goal, write_result
+from benchmarks.vla_bc import VISUAL_DR, robot_rl_command
+
+NAME = "recap"
+TASK = "so101_lift"
+EPISODE_LENGTH = 150  # so101_lift's (sim.tasks.common.ArmTaskConfig.episode_length): M of the value targets
+METHODS = ("bc", "recap", "awr", "bc_expert")  # recap before awr: awr reuses its value model and labels
+SMOKE = {"episodes": 12, "heldout": 4, "steps": 20, "value_steps": 20, "seeds": 1, "eval_episodes": 4,
+         "num_envs": 4, "loop_rounds": 1, "loop_episodes": 4, "betas": "1.0,2.0", "video": False}
+
+
+def _overrides(d: dict[str, Any], prefix: str) -> list[str]:
+    return [f"{prefix}.{k}={json.dumps(v).replace(' ', '')}" for k, v in d.items()]
+
+
+# ------------------------------------------------------------------------------------------------------ data
+def collect(root: Path, episodes: int, quality: float, num_envs: int, seed: int, append: bool) -> dict[str, Any]:
+    """``robot-rl collect`` of so101_lift at ``quality`` into ``root`` (in process)."""
+    from robot_rl.cli.build import compose
+    from robot_rl.cli.collect import collect as run_collect
+
+    cfg = compose("collect", [f"task={TASK}", f"episodes={episodes}", f"dataset.root={root}",
+                              f"dataset.append={'true' if append else 'false'}", f"quality={quality}",
+                              "task.cameras=[front,wrist]", "task.image_width=64", "task.image_height=64",
+                              f"sim.num_envs={num_envs}", f"seed={seed}", "progress=false",
+                              *_overrides(VISUAL_DR, "sim.randomization")])
+    c = run_collect(cfg)
+    print(f"collect q={quality}: {c.episodes} episodes ({c.successes} successes) in {c.seconds:.0f} s", file=sys.stderr)
+    return {"episodes": c.episodes, "successes": c.successes, "frames": c.frames, "quality": quality,
+            "seconds": round(c.seconds, 1)}
+
+
+# -------------------------------------------------------------------------------------------------- training
+def train(algo: str, root: Path, run_dir: Path, steps: int, seed: int, extra: list[str]) -> dict[str, Any]:
+    """``robot-rl offline algo=<algo>`` in its own process; returns the export, timings and the labels summary."""
+    cmd = [*robot_rl_command(), "offline", f"algo={algo}", f"dataset.root={root}", f"run_dir={run_dir}",
+           f"steps={steps}", f"seed={seed}", "dataset.progress=false", "logger.progress=false", *extra]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    curve = [json.loads(line) for line in (run_dir / "curve.jsonl").read_text().splitlines() if line.strip()]
+    out = {"command": " ".join(cmd), "process_wall_s": round(wall, 1), "train_wall_s": round(curve[-1]["wall_s"], 1),
+           "updates": curve[-1]["updates"], "policy": str(_latest_policy(run_dir)),
+           "curve": [{"updates": p["updates"], "wall_s": round(p["wall_s"], 1), "loss": p.get("loss")} for p in curve]}
+    labels = run_dir / "labels" / "labels.json"
+    if labels.is_file():
+        meta = json.loads(labels.read_text())
+        out["labels"] = {k: meta[k] for k in ("positive_fraction", "thresholds", "frames")} | meta.get("summary", {})
+    return out
+
+
+def _latest_policy(run_dir: Path) -> Path:
+    from robot_rl.checkpoint import POLICY_DIR, load_meta
+
+    folder, _ = load_meta(run_dir)
+    return folder / POLICY_DIR
+
+
+def expert_episodes(root: Path, count: int) -> list[int]:
+    """The first ``count`` episodes of the dataset: the expert's (recorded first)."""
+    from robot_rl.data.lerobot_format import read_meta
+
+    eps = sorted(int(e) for e in read_meta(root).episodes["episode_index"])
+    return eps[:count]
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+def _env(num_envs: int, seed: int) -> Any:
+    from sim.config import SimConfig
+    from sim.randomization import RandomizationConfig
+    from sim.registry import make_env, task_config
+
+    sim = SimConfig(num_envs=num_envs, num_threads=2, seed=seed, randomization=RandomizationConfig(**VISUAL_DR))
+    return make_env(TASK, sim, task_config(TASK, {"cameras": []}))
+
+
+def evaluate_policy(policy: Any, episodes: int, num_envs: int, seed: int) -> dict[str, Any]:
+    from robot_rl.cli.build import policy_view
+    from robot_rl.evaluation import evaluate
+
+    start = time.perf_counter()
+    with _env(min(num_envs, episodes), seed) as env:
+        r = evaluate(policy_view(env, policy), policy.eval(), episodes, seed)
+    return {**r.to_json(), "failure_rate": 1.0 - r.success_rate, "seconds": round(time.perf_counter() - start, 1)}
+
+
+def heldout_voc(value_dir: Path, heldout: Path) -> dict[str, Any]:
+    """VOC (and success AUC) of a value model on a held-out dataset."""
+    from policies import keys
+    from robot_rl.algos.recap import load_value_model, predict_values
+    from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler
+    from robot_rl.models.voc import success_auc, value_order_correlation
+
+    model, _ = load_value_model(value_dir)
+    sampler = ChunkSampler(ChunkDatasetConfig(root=str(heldout), horizon=1, augment=False, progress=False,
+                                              batch_size=1, extra_columns=[keys.SUCCESS_COL]))
+    values = predict_values(model, sampler)
+    cols = {k: v.numpy() for k, v in sampler.columns().items()}
+    eps, frames = cols["episode_index"], cols["frame_index"]
+    succ = cols[keys.SUCCESS_COL].astype(bool)
+    ok = {int(e): bool(succ[eps == e].any()) for e in np.unique(eps)}
+    frame_ok = np.array([ok[int(e)] for e in eps])
+    voc, per = value_order_correlation(values, eps, frames, frame_ok)
+    first = frames == 0
+    return {"voc": voc, "episodes": len(ok), "successful_episodes": int(sum(ok.values())),
+            "success_auc": success_auc(values[first], frame_ok[first]),
+            "per_episode": {str(k): round(v, 4) for k, v in per.items()}}
+
+
+def videos(policies: dict[str, Any], out_dir: Path, seed: int) -> dict[str, str | None]:
+    from robot_rl.cli.build import policy_view
+    from robot_rl.evaluation import record_video
+
+    out = {}
+    for name, policy in policies.items():
+        with _env(1, seed) as env:
+            path = record_video(policy_view(env, policy), policy, out_dir / f"{NAME}_{name}.mp4", seed, 3, "front",
+                                160, 120)
+        out[name] = None if path is None else str(path)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ loop
+def run_loop(root: Path, run_dir: Path, rounds: int, episodes: int, steps: int, eval_episodes: int, num_envs: int,
+             offline_extra: list[str]) -> dict[str, Any]:
+    cmd = [*robot_rl_command(), "recap", f"task={TASK}", f"rounds={rounds}", f"run_dir={run_dir}",
+           f"init_dataset={root}", f"episodes_per_round={episodes}", f"steps={steps}",
+           f"eval_episodes={eval_episodes}", f"eval_envs={min(num_envs, eval_episodes)}", f"sim.num_envs={num_envs}",
+           *_overrides(VISUAL_DR, "sim.randomization"),
+           "offline=[" + ",".join(f"'{o}'" for o in offline_extra) + "]"]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return {"command": " ".join(cmd), "seconds": round(time.perf_counter() - start, 1),
+            **json.loads((run_dir / "results.json").read_text())}
+
+
+# ------------------------------------------------------------------------------------------------------ plot
+def plot(data: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4))
+    names = list(data["summary"])
+    means = [data["summary"][m]["success_mean"] for m in names]
+    errs = [data["summary"][m]["success_std"] for m in names]
+    ax.bar(range(len(names)), means, yerr=errs, capsize=4)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=20)
+    ax.set_ylabel(f"success rate ({data['settings']['eval_episodes']} episodes x {data['settings']['seeds']} seeds)")
+    ax.set_ylim(0, 1.05)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title("so101_lift, mixed-quality data, equal gradient steps")
+    loop = data.get("loop", {}).get("rounds", [])
+    if loop:
+        bx.plot([r["round"] for r in loop], [r["success_rate"] for r in loop], "o-", label="success")
+        bx.plot([r["round"] for r in loop], [r["failure_rate"] for r in loop], "s--", label="failure")
+        bx.set_xlabel("improvement round")
+        bx.set_ylim(0, 1.05)
+        bx.legend()
+        bx.grid(alpha=0.3)
+        bx.set_title("RECAP loop (robot-rl recap)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------ main
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--episodes", type=int, default=300, help="mixed-quality training episodes")
+    p.add_argument("--expert-fraction", type=float, default=0.3, help="share of them by the expert at quality 1")
+    p.add_argument("--degraded-quality", type=float, default=0.0, help="the others' expert quality (0: every flaw)")
+    p.add_argument("--heldout", type=int, default=50, help="held-out mixed episodes for the value model's VOC")
+    p.add_argument("--steps", type=int, default=6000, help="policy gradient steps of every method")
+    p.add_argument("--value-steps", type=int, default=3000, help="value model gradient steps (recap; awr reuses)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--eval-episodes", type=int, default=100)
+    p.add_argument("--betas", default="1.0,1.5,2.5", help="CFG betas RECAP's policy is evaluated at")
+    p.add_argument("--num-envs", type=int, default=25)
+    p.add_argument("--loop-rounds", type=int, default=2)
+    p.add_argument("--loop-episodes", type=int, default=100, help="episodes collected per loop round")
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--extra", nargs="*", default=["algo.lr_schedule=cosine", "algo.warmup_updates=200"],
+                   help="overrides for every robot-rl offline run")
+    p.add_argument("--video", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
+    p.add_argument("--work", type=Path, default=Path("/tmp/recap_bench"))
+    p.add_argument("--skip-collect", action="store_true", help="reuse the datasets in --work")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args()
+    if a.smoke:
+        for k, v in SMOKE.items():
+            setattr(a, k, v)
+        a.extra = [*a.extra, "updates_per_iteration=10"]
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    torch.set_num_threads(2)
+    a.out.mkdir(parents=True, exist_ok=True)
+    methods = a.methods.split(",")
+    betas = [float(b) for b in a.betas.split(",")]
+    mixed, heldout = a.work / "mixed", a.work / "heldout"
+    n_expert = round(a.expert_fraction * a.episodes)
+    data: dict[str, Any] = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+                            "timing_s": {}}
+    data["settings"]["expert_episodes"] = n_expert
+    t = time.perf_counter()
+    if not a.skip_collect:
+        shutil.rmtree(a.work, ignore_errors=True)
+        data["collect"] = {"expert": collect(mixed, n_expert, 1.0, a.num_envs, 0, False),
+                           "degraded": collect(mixed, a.episodes - n_expert, a.degraded_quality, a.num_envs, 1, True),
+                           "heldout_expert": collect(heldout, max(1, round(a.expert_fraction * a.heldout)), 1.0,
+                                                     a.num_envs, 2, False),
+                           "heldout_degraded": collect(heldout, a.heldout - max(1, round(a.expert_fraction *
+                                                                                        a.heldout)),
+                                                       a.degraded_quality, a.num_envs, 3, True)}
+    data["timing_s"]["collect"] = round(time.perf_counter() - t, 1)
+    value_extra = [f"algo.value.steps={a.value_steps}", f"algo.labels.max_episode_length={EPISODE_LENGTH}"]
+    data["training"], data["eval"] = {}, {}
+    eval_seed = 900_000
+    from policies import load_policy
+
+    for seed in range(a.seeds):
+        for m in methods:
+            run_dir = a.work / f"{m}_s{seed}"
+            shutil.rmtree(run_dir, ignore_errors=True)
+            extra = list(a.extra)
+            if m in ("awr", "recap"):
+                extra += value_extra
+            if m == "awr" and (a.work / f"recap_s{seed}" / "labels").is_dir():
+                run_dir.mkdir(parents=True)  # the same value model and labels as RECAP's run of this seed
+                for sub in ("value", "labels"):
+                    shutil.copytree(a.work / f"recap_s{seed}" / sub, run_dir / sub)
+            algo = "bc" if m == "bc_expert" else m
+            if m == "bc_expert":
+                extra.append("dataset.episodes=[" + ",".join(map(str, expert_episodes(mixed, n_expert))) + "]")
+            t = time.perf_counter()
+            rec = train(algo, mixed, run_dir, a.steps, seed, extra)
+            data["timing_s"][f"train_{m}_s{seed}"] = round(time.perf_counter() - t, 1)
+            data["training"][f"{m}_s{seed}"] = rec
+            policy = load_policy(rec["policy"])
+            for beta in (betas if m == "recap" else [None]):
+                key = m if beta is None else f"recap_beta{beta:g}"
+                if beta is not None:
+                    policy.cfg.guidance_beta = beta
+                t = time.perf_counter()
+                ev = evaluate_policy(policy, a.eval_episodes, a.num_envs, eval_seed + 1000 * seed)
+                data["timing_s"][f"eval_{key}_s{seed}"] = round(time.perf_counter() - t, 1)
+                data["eval"].setdefault(key, []).append(ev)
+                print(f"seed {seed} {key}: success {ev['success_rate']:.3f}", file=sys.stderr)
+            if m == "recap":
+                t = time.perf_counter()
+                data.setdefault("value_heldout", []).append(heldout_voc(run_dir / "value", heldout))
+                data["timing_s"][f"voc_s{seed}"] = round(time.perf_counter() - t, 1)
+    data["summary"] = {k: {"success_mean": statistics.mean(e["success_rate"] for e in v),
+                           "success_std": statistics.pstdev([e["success_rate"] for e in v]),
+                           "failure_mean": statistics.mean(e["failure_rate"] for e in v)}
+                       for k, v in data["eval"].items()}
+    if a.video and "bc" in methods and "recap" in methods:
+        pols = {m: load_policy(data["training"][f"{m}_s0"]["policy"]) for m in ("bc", "recap")}
+        data["videos"] = videos(pols, a.out, eval_seed)
+    if a.loop_rounds > 0:
+        t = time.perf_counter()
+        data["loop"] = run_loop(mixed, a.work / "loop", a.loop_rounds, a.loop_episodes, a.steps,
+                                a.eval_episodes, a.num_envs, [*a.extra, *value_extra, "dataset.progress=false",
+                                                              "logger.progress=false"])
+        data["timing_s"]["loop"] = round(time.perf_counter() - t, 1)
+    goals = _goals(data, betas)
+    path = write_result(NAME, data, goals, a.out)
+    plot(data, a.out / f"{NAME}.png")
+    print(f"wrote {path}; seconds per stage: {json.dumps(data['timing_s'])}", file=sys.stderr)
+    for g in goals:
+        print(f"  {g['name']}: {g['value']} ({g['direction']} {g['target']}: {'met' if g['met'] else 'NOT met'})",
+              file=sys.stderr)
+
+
+def _goals(data: dict[str, Any], betas: list[float]) -> list[dict[str, Any]]:
+    s, goals = data["summary"], []
+    recaps = [k for k in s if k.startswith("recap_beta")]
+    if "bc" in s and recaps:
+        best = max(recaps, key=lambda k: s[k]["success_mean"])  # β is reported per value; the best one is named
+        bc = s["bc"]
+        goals.append(goal(f"{best}_success_over_bc", s[best]["success_mean"] / max(bc["success_mean"], 1e-9), 1.5,
+                          ">="))
+        goals.append(goal(f"{best}_failures_over_bc", s[best]["failure_mean"] / max(bc["failure_mean"], 1e-9), 0.5,
+                          "<="))
+        if "bc_expert" in s:
+            goals.append(goal(f"{best}_minus_bc_expert_success", s[best]["success_mean"] -
+                              s["bc_expert"]["success_mean"], -0.05, ">="))
+    if data.get("value_heldout"):
+        voc = statistics.mean(v["voc"] for v in data["value_heldout"] if not np.isnan(v["voc"])) \
+            if any(not np.isnan(v["voc"]) for v in data["value_heldout"]) else float("nan")
+        goals.append(goal("value_voc_heldout_successes", voc, 0.8, ">="))
+    rounds = data.get("loop", {}).get("rounds", [])
+    for prev, cur in itertools.pairwise(rounds):
+        goals.append(goal(f"loop_round{cur['round']}_success_gain", cur["success_rate"] - prev["success_rate"], 0.01,
+                          ">="))
+    return goals
+
+
+if __name__ == "__main__":
+    main()
