@@ -13,8 +13,14 @@
    in at most half the env steps from scratch needs (a run that never gets there counts as the budget, so the ratio
    is then an upper bound).
 
-    python benchmarks/flashsac_demos.py                      # 50 expert demos, 2 seeds, 150k env steps (~25 min)
-    python benchmarks/flashsac_demos.py --seeds 0 --env-steps 40000 --name flashsac_demos_reduced   # a short pass
+    python benchmarks/flashsac_demos.py                      # 50 expert demos, 2 seeds, 150k env steps
+    python benchmarks/flashsac_demos.py --seeds 0 --env-steps 60000 --name flashsac_demos_reduced   # a short pass
+
+Sizing: 4 runs of 150k env steps, two at a time, is ~20-25 min on 2 quiet cores if each process steps ~300 env
+steps/s as FlashSAC did on so101_lift in benchmarks/results/offpolicy.json (plus 16 evaluations per run and ~1 min
+of collecting). On a contended machine it is slower: the reduced pass above ran at ~63 env steps/s per process.
+A pass with other settings than the defaults is marked ``"reduced": true`` in its JSON; keep it under another
+``--name``.
 """
 
 from __future__ import annotations
@@ -52,9 +58,11 @@ def collect_demos(root: Path, episodes: int, quality: float, seed: int) -> dict[
             "seconds": round(time.perf_counter() - t, 1), "quality": quality, "seed": seed}
 
 
-def train_run(arm: str, seed: int, demos: str | None, env_steps: int, eval_every: int) -> dict[str, Any]:
-    """One FlashSAC run as ``robot-rl train`` builds it (with ``demo_dataset.root`` for the demos arm), driven
-    iteration by iteration to ``env_steps``, evaluated every ``eval_every`` env steps (the clock excludes it)."""
+def train_run(arm: str, seed: int, demos: str | None, env_steps: int, eval_every: int,
+              extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One FlashSAC run as ``robot-rl train`` builds it (with ``demo_dataset.root`` for the demos arm; ``extra``
+    overrides for both arms), driven iteration by iteration to ``env_steps``, evaluated every ``eval_every`` env
+    steps (the clock excludes it)."""
     import torch
     from omegaconf import OmegaConf
 
@@ -75,7 +83,7 @@ def train_run(arm: str, seed: int, demos: str | None, env_steps: int, eval_every
     from sim.registry import config_from_dict, make_env, task_config
 
     torch.set_num_threads(1)
-    overrides = [f"task={TASK}", "algo=flashsac", f"seed={seed}", "sim.num_threads=1"]
+    overrides = [f"task={TASK}", "algo=flashsac", f"seed={seed}", "sim.num_threads=1", *extra]
     cfg = OmegaConf.to_container(compose("train", overrides), resolve=True)
     algo_raw, task_raw = dict(cfg["algo"]), dict(cfg["task"])
     algo_name = algo_raw.pop("name")
@@ -167,6 +175,8 @@ def main() -> None:
     p.add_argument("--env-steps", type=int, default=150_000, help="env steps per run (both arms)")
     p.add_argument("--eval-every", type=int, default=10_000, help="env steps between evaluations")
     p.add_argument("--target", type=float, default=0.8, help="success rate the env steps are counted to")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="a `robot-rl train` override for both arms, e.g. algo.updates_per_step=2 (repeatable)")
     p.add_argument("--workers", type=int, default=2, help="runs at a time (one process and core each)")
     p.add_argument("--data", type=Path, default=None, help="demo dataset folder (default: a new temporary one)")
     p.add_argument("--name", default="flashsac_demos", help="result name (benchmarks/results/<name>.json/.png)")
@@ -179,7 +189,8 @@ def main() -> None:
     if not (data / "meta" / "info.json").is_file():
         record["collect"] = collect_demos(data, a.demos, a.quality, seed=123)
         print(f"collected {record['collect']}", flush=True)
-    jobs = [(arm, s, str(data) if arm == "demos" else None, a.env_steps, a.eval_every) for s in a.seeds for arm in ARMS]
+    jobs = [(arm, s, str(data) if arm == "demos" else None, a.env_steps, a.eval_every, tuple(a.overrides))
+            for s in a.seeds for arm in ARMS]
     with mp.get_context("spawn").Pool(a.workers) as pool:
         runs = pool.map(_job, jobs, chunksize=1)
     summary = summarize(runs, a.target, a.env_steps)
@@ -192,11 +203,14 @@ def main() -> None:
              f"seeds {a.seeds}")
     a.out.mkdir(parents=True, exist_ok=True)
     plot(runs, a.target, a.out / f"{a.name}.png", title)
-    data_out = {"settings": {"task": TASK, "demos": a.demos, "quality": a.quality, "seeds": a.seeds,
+    reduced = (a.demos, a.quality, a.seeds, a.env_steps, a.target, a.overrides) != (
+        p.get_default("demos"), p.get_default("quality"), p.get_default("seeds"), p.get_default("env_steps"),
+        p.get_default("target"), p.get_default("overrides"))
+    data_out = {"reduced": reduced, "settings": {"task": TASK, "demos": a.demos, "quality": a.quality, "seeds": a.seeds,
                              "env_steps": a.env_steps, "eval_every": a.eval_every, "target": a.target,
                              "eval": f"{EVAL_EPISODES} deterministic episodes, reset seed {EVAL_SEED}",
                              "algo": "configs/algo/flashsac.yaml (16 envs), algo.demo_fraction 0.5 with demos",
-                             "workers": a.workers, "torch_threads": 1},
+                             "overrides": a.overrides, "workers": a.workers, "torch_threads": 1},
                 **record, "summary": summary, "runs": runs, "total_s": round(time.perf_counter() - t0, 1),
                 "notes": "A run that never reached the target counts as the budget in the medians: the ratio is "
                          "then an upper bound of the true one. Wall-clock seconds are from runs sharing the "
