@@ -113,5 +113,5 @@ class ScriptedTeleop:
 def goal_units(bus: Any, raw: dict[int, int], use_degrees: bool = True) -> np.ndarray:
     """The robot units a raw Goal_Position write stands for (LeRobot's ``_normalize`` of those ticks)."""
     ids = {m.id: name for name, m in bus.motors.items()}
-    norm = bus._normalize(dict(raw))  # noqa: SLF001 - LeRobot's own conversion, to read back what was written
+    norm = bus._normalize(dict(raw))
     return np.array([norm[i] for i in sorted(ids)])
