@@ -238,6 +238,7 @@ class RobotEnv(VecEnv):
         self.steps = 0
         self._ended = False
         self._obs: Observation | None = None
+        self._last_sent: torch.Tensor | None = None  # [1, 6] degrees, the last command the robot received
 
     @property
     def instructions(self) -> list[str]:  # type: ignore[override]
@@ -339,8 +340,10 @@ class RobotEnv(VecEnv):
             sent_deg = features.robot_to_deg(torch.from_numpy(sent_units).float(), self.gripper)[None]
         self.clock.wait()
         obs = self.observe()
-        if sent_deg is None:  # the previous command stands
-            sent_deg = features.robot_to_deg(torch.from_numpy(obs.present).float(), self.gripper)[None]
+        if sent_deg is None:  # nothing sent: the servos keep the previous command (or hold where they were)
+            sent_deg = self._last_sent if self._last_sent is not None else \
+                features.robot_to_deg(torch.from_numpy(obs.present).float(), self.gripper)[None]
+        self._last_sent = sent_deg
         self.steps += 1
         success = bool(getattr(self.robot, "task_success", lambda: False)())
         truncated = torch.tensor([self.steps >= self.max_episode_length])
