@@ -236,6 +236,27 @@ def test_a_dataset_without_the_env_state_is_refused_naming_it_and_how_to_record_
         read_transitions(demos, dims, 7, EpisodeEnds(LENGTH))
 
 
+def test_a_dataset_without_env_action_gets_its_actions_converted_from_lerobots(tmp_path):
+    """Hand-made real dataset: env state [t, -t], joints t degrees, targets t + 1; episode 0 (frames 0-2) succeeds
+    at its last frame, episode 1 (frames 0-2, t = 3..5) runs into a time limit of 3."""
+    root = tmp_path / "noaction"
+    spec = DatasetSpec(30, tuple(f"j{i}.pos" for i in range(6)), vectors={keys.ENV_STATE_COL: 2})
+    with EpisodeRecorder(RecorderConfig(root=str(root)), spec, 1, 8) as rec:
+        for t in range(6):
+            frame = {keys.OBS_STATE: torch.full((1, 6), float(t)), keys.TASK: ["lift"]}
+            rec.add(frame, torch.full((1, 6), t + 1.0), torch.tensor([float(t)]), torch.tensor([t == 2]),
+                    torch.tensor([t in (2, 5)]), extras={keys.ENV_STATE_COL: torch.tensor([[t, -t]], dtype=torch.float)})
+    with pytest.raises(DatasetError, match="env_action"):
+        read_transitions(root, {keys.POLICY: 2}, 6, EpisodeEnds(3))
+    tr = read_transitions(root, {keys.POLICY: 2}, 6, EpisodeEnds(3), to_env_action=lambda s, a: (a - s) / 2)
+    assert tr.action_source == "action (converted)" and tr.num_episodes == 2 and tr.num_successes == 1
+    assert tr.obs[keys.POLICY][:, 0].tolist() == [0, 1, 2, 3, 4]  # frame 5 (a time-out's last) dropped
+    assert tr.next_obs[keys.POLICY][:, 0].tolist() == [1, 2, 2, 4, 5]
+    assert tr.reward.tolist() == [0, 1, 2, 3, 4] and torch.equal(tr.action, torch.full((5, 6), 0.5))
+    assert tr.terminated.tolist() == [False, False, True, False, False]
+    assert tr.truncated.tolist() == [False, False, False, False, True]
+
+
 def test_the_recorder_requires_exactly_its_extra_columns(tmp_path):
     spec = DatasetSpec(30, tuple(f"j{i}.pos" for i in range(6)), vectors={keys.ENV_STATE_COL: 3})
     with EpisodeRecorder(RecorderConfig(root=str(tmp_path / "d")), spec, 1, 8) as rec:
