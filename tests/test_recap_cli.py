@@ -113,6 +113,13 @@ def test_bad_settings_exit_2_before_training(dataset, tmp_path, capsys, override
     assert not (tmp_path / "run").exists()
 
 
+def test_a_run_folder_inside_the_dataset_is_refused(dataset, tmp_path, capsys):
+    before = tree_hash(dataset)
+    assert _offline("awr", dataset, dataset / "runs" / "awr", "steps=2") == 2
+    assert "inside the dataset" in capsys.readouterr().err
+    assert tree_hash(dataset) == before and not (dataset / "runs").exists()
+
+
 def test_end_to_end_on_a_collected_dataset(tmp_path, capsys):
     """robot-rl collect (scripted expert, flawed) -> offline recap -> eval of the export in simulation."""
     data = tmp_path / "lift"

@@ -198,6 +198,9 @@ def build_offline(cfg: Any) -> OfflineTraining:
     else:
         stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
         run_dir = Path(s.run_dir or f"runs/offline_{algo_name}_{stamp}")
+    if adv_cfg is not None and run_dir.resolve().is_relative_to(Path(data_raw["root"]).resolve()):
+        raise ValueError(f"bad config: run_dir={run_dir} lies inside the dataset {data_raw['root']}; the value model "
+                         "and the labels are written into the run folder and the dataset is never written to")
     remove_partial_writes(run_dir / CHECKPOINTS_DIR)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
