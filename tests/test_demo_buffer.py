@@ -257,6 +257,25 @@ def test_a_dataset_without_env_action_gets_its_actions_converted_from_lerobots(t
     assert tr.truncated.tolist() == [False, False, False, False, True]
 
 
+def test_a_next_done_before_an_episodes_last_frame_is_refused(tmp_path):
+    """Written by LeRobot's own API: ``next.done`` set at frame 1 of a 3-frame episode."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    vec = {"dtype": "float32", "shape": (2,), "names": None}
+    flag = {"dtype": "bool", "shape": (1,), "names": None}
+    feats = {keys.ENV_STATE_COL: vec, keys.ENV_ACTION_COL: vec, keys.REWARD_COL: {**flag, "dtype": "float32"},
+             keys.SUCCESS_COL: flag, keys.DONE_COL: flag}
+    ds = LeRobotDataset.create("local/done", 30, feats, root=tmp_path / "done", use_videos=False)
+    for t in range(3):
+        ds.add_frame({keys.ENV_STATE_COL: np.zeros(2, np.float32), keys.ENV_ACTION_COL: np.zeros(2, np.float32),
+                      keys.REWARD_COL: np.zeros(1, np.float32), keys.SUCCESS_COL: np.array([False]),
+                      keys.DONE_COL: np.array([t >= 1]), keys.TASK: "x"})
+    ds.save_episode()
+    ds.finalize()
+    with pytest.raises(DatasetError, match=r"episode 0: 'next.done' is True at frame 1, but that frame is not the "):
+        read_transitions(tmp_path / "done", {keys.POLICY: 2}, 2, EpisodeEnds(10))
+
+
 def test_the_recorder_requires_exactly_its_extra_columns(tmp_path):
     spec = DatasetSpec(30, tuple(f"j{i}.pos" for i in range(6)), vectors={keys.ENV_STATE_COL: 3})
     with EpisodeRecorder(RecorderConfig(root=str(tmp_path / "d")), spec, 1, 8) as rec:

@@ -142,9 +142,18 @@ def read_transitions(root: str | Path, obs_dims: dict[str, int], action_dim: int
     if len(episodes) == 0:
         raise DatasetError(f"dataset {meta.root} holds no episodes")
     obs_cols = [OBS_COLUMNS[g] for g in obs_dims]
-    wanted = list(dict.fromkeys([*obs_cols, *action_cols, keys.REWARD_COL, keys.SUCCESS_COL]))
+    done_col = [keys.DONE_COL] if keys.DONE_COL in feats else []
+    wanted = list(dict.fromkeys([*obs_cols, *action_cols, keys.REWARD_COL, keys.SUCCESS_COL, *done_col]))
     frames = read_frames(meta, episodes, wanted)
     cols = frames.columns
+    if done_col:  # LeRobot's next.done marks an episode's last frame, and only it
+        last = np.arange(len(frames.ep_end)) == frames.ep_end
+        bad = np.flatnonzero(cols[keys.DONE_COL].reshape(-1).astype(bool) != last)
+        if len(bad):
+            r = int(bad[0])
+            raise DatasetError(f"dataset {meta.root}, episode {int(cols['episode_index'][r])}: {keys.DONE_COL!r} is "
+                               f"{not last[r]} at frame {int(cols['frame_index'][r])}, but that frame is "
+                               f"{'' if last[r] else 'not '}the episode's last")
     if action_cols != [keys.ENV_ACTION_COL]:
         state = torch.as_tensor(cols[keys.OBS_STATE], dtype=torch.float32)
         target = torch.as_tensor(cols[keys.ACTION_COL], dtype=torch.float32)
