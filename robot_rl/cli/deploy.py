@@ -34,7 +34,10 @@ from omegaconf import MISSING
 from real.safety import SafetyConfig
 from robot_rl.data.recorder import RecorderConfig
 
-ROBOT_TYPES = ("so101_follower", "so100_follower", "so101_sim")  # the robots configs/robot/ describes
+# configs/robot/<name>.yaml and configs/teleop/<name>.yaml -> the LeRobot device type each one configures (their
+# schemas, every field with its default, come from these types' config classes: robot_rl.cli.schemas)
+DEVICE_GROUPS = {"robot": {"so101": "so101_follower", "so101_sim": "so101_sim"},
+                 "teleop": {"so101_leader": "so101_leader", "so101_sim_leader": "so101_sim_leader"}}
 TAKEOVERS = ("none", "keyboard", "schedule")
 _SIM_IDS = itertools.count()
 
@@ -89,8 +92,9 @@ class DeployCommand(SessionSettings):
 
 
 # ------------------------------------------------------------------------------------------------ building
-def _device_classes(kind: str) -> dict[str, type]:
-    """The LeRobot config classes of the robots / teleoperators our configs name (imported so they register)."""
+def device_classes(kind: str) -> dict[str, type]:
+    """``kind`` "robot" | "teleop": the LeRobot config class of each device type ``DEVICE_GROUPS[kind]`` names
+    (imported here, so they are registered with LeRobot). Needs LeRobot (``pip install -e '.[lerobot]'``)."""
     import lerobot.robots.so_follower
     import lerobot.teleoperators.so_leader  # noqa: F401 - registers so101_leader
     from lerobot.robots.config import RobotConfig
@@ -99,9 +103,8 @@ def _device_classes(kind: str) -> dict[str, type]:
     import real.config_sim_robot
     import real.config_sim_teleop  # noqa: F401 - registers so101_sim_leader
 
-    if kind == "robot":
-        return {n: RobotConfig.get_choice_class(n) for n in ("so101_follower", "so101_sim")}
-    return {n: TeleoperatorConfig.get_choice_class(n) for n in ("so101_leader", "so101_sim_leader")}
+    base = RobotConfig if kind == "robot" else TeleoperatorConfig
+    return {n: base.get_choice_class(n) for n in DEVICE_GROUPS[kind].values()}
 
 
 def _decode(kind: str, raw: dict[str, Any]) -> Any:
@@ -112,7 +115,7 @@ def _decode(kind: str, raw: dict[str, Any]) -> Any:
     from lerobot.robots.config import RobotConfig
     from lerobot.teleoperators.config import TeleoperatorConfig
 
-    _device_classes(kind)
+    device_classes(kind)
     name = raw.pop("type", None)
     if "port" in raw and not raw["port"]:
         from real.safety import DeviceSetupError

@@ -1,10 +1,11 @@
 """The typed schemas of ``robot-rl``'s configs, registered with Hydra's ConfigStore.
 
 Every yaml in ``configs/`` starts from one of these (``defaults: [train_schema, ...]``, ``[ppo_schema]``,
-``[so101_reach_schema]``, ``[sim_schema]``), so every default lives once, in a dataclass, each key is there to be
-overridden without Hydra's '+', and a misspelled key is refused at composition, naming it. The groups' values are
-type-checked when they are built (``robot_rl.cli.config.typed`` and the sim registry, against each algorithm's,
-task's and backend's own dataclass).
+``[so101_reach_schema]``, ``[sim_schema]``, ``[deploy_schema, ...]``, ``[so101_sim_schema]``), so every default lives
+once, in a dataclass, each key is there to be overridden without Hydra's '+', and a misspelled key is refused at
+composition, naming it. The groups' values are type-checked when they are built (``robot_rl.cli.config.typed`` and
+the sim registry, against each algorithm's, task's and backend's own dataclass; LeRobot's parser for the robot and
+teleoperator groups).
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ def register_configs() -> None:
     cs.store(name="offline_schema", node=offline_schema())
     for name, node in offline_algo_schemas().items():  # configs/algo/bc.yaml: the offline learners
         cs.store(group="algo", name=f"{name}_schema", node=node)
+    from robot_rl.cli.deploy import DeployCommand
+    from robot_rl.cli.record import RecordCommand
+
+    cs.store(name="deploy_schema", node=DeployCommand)
+    cs.store(name="record_schema", node=RecordCommand)
+    for group, options in device_schemas().items():  # configs/robot/<name>.yaml start from robot/<name>_schema
+        for name, node in options.items():
+            cs.store(group=group, name=f"{name}_schema", node=node)
     from sim.config import SimConfig
     from sim.randomization import RandomizationConfig
 
@@ -103,6 +112,24 @@ def algo_schemas() -> dict[str, dict[str, Any]]:
                      "critic": defaults_of(CategoricalQConfig, ("obs_dim", "action_dim", "obs_key", "num_bins",
                                                                 "v_min", "v_max"))},
     }
+
+
+def device_schemas() -> dict[str, dict[str, dict[str, Any]]]:
+    """The ``robot`` and ``teleop`` groups of deploy / record: group -> option (``robot_rl.cli.deploy.DEVICE_GROUPS``)
+    -> ``type`` and every field of that LeRobot device config class that has a default, with it (a required field,
+    e.g. a real arm's ``port``, is the option's yaml to give). Plain dicts, not structured nodes: LeRobot's classes
+    hold unions and camera registries OmegaConf cannot type; ``robot_rl.cli.deploy`` decodes them with LeRobot's own
+    parser (draccus), which refuses a key the class does not have. Empty without LeRobot installed (the lerobot extra):
+    then deploy and record cannot be composed, every other command can."""
+    try:
+        from robot_rl.cli.deploy import DEVICE_GROUPS, device_classes
+
+        classes = {kind: device_classes(kind) for kind in DEVICE_GROUPS}
+    except ImportError:
+        return {}
+    return {kind: {option: {"type": type_name, **defaults_of(classes[kind][type_name])}
+                   for option, type_name in options.items()}
+            for kind, options in DEVICE_GROUPS.items()}
 
 
 def defaults_of(cls: type, exclude: tuple[str, ...] = ()) -> dict[str, Any]:

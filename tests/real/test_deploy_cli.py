@@ -46,49 +46,101 @@ def run_main(argv: list[str]) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ config
-def _defaults(cls) -> dict:
-    out = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            v = f.default_factory()
-            out[f.name] = _defaults(type(v)) if dataclasses.is_dataclass(v) else v
-    return out
+def _compose_in(config_dir: Path, command: str, overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    from robot_rl.cli.schemas import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        return compose(config_name=command, overrides=overrides)
 
 
-def test_yaml_keys_and_values_are_the_dataclasses_defaults():
-    """configs/deploy.yaml, record.yaml, robot/so101_sim.yaml and the teleop yamls list every field with its
-    dataclass default (their schemas are not in Hydra's ConfigStore); robot/so101.yaml differs only where it says."""
-    import lerobot.robots.so_follower
-    import lerobot.teleoperators.so_leader  # noqa: F401
-    from lerobot.robots.config import RobotConfig
-    from lerobot.teleoperators.config import TeleoperatorConfig
+def _register_again():
+    from robot_rl.cli import schemas
 
-    import real.config_sim_robot
-    import real.config_sim_teleop  # noqa: F401
-    from robot_rl.cli.deploy import DeployCommand
+    schemas._registered = False
+    schemas.register_configs()
+
+
+def test_defaults_come_from_the_dataclasses_and_yamls_only_override(monkeypatch):
+    """deploy.yaml, record.yaml and the robot / teleop yamls hold no default (only the groups they pick, and what a
+    real arm's class lacks or where ours differ: port, cameras); the composed configs equal the dataclasses' defaults,
+    and a default changed in a dataclass is what composition gives, with no yaml edited."""
+    import draccus
+    from omegaconf import OmegaConf
+
+    from real.config_sim_robot import SO101SimRobotConfig
+    from real.config_sim_teleop import SO101SimLeaderConfig
+    from robot_rl.cli.build import compose
+    from robot_rl.cli.deploy import DeployCommand, device_classes
     from robot_rl.cli.record import RecordCommand
+    from robot_rl.data.recorder import RecorderConfig
 
-    for name, cls, skip in (("deploy", DeployCommand, {"robot", "teleop", "checkpoint"}),
-                            ("record", RecordCommand, {"robot", "teleop"})):
-        y = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
-        y.pop("defaults")
-        want = {k: v for k, v in _defaults(cls).items() if k not in skip}
-        if name == "record":
-            want["dataset"]["root"] = "???"
-        else:
-            assert y.pop("checkpoint") == "???"
-        assert y == want, name
-    for group, base, name, overrides in (("robot", RobotConfig, "so101_sim", {}),
-                                         ("robot", RobotConfig, "so101", {"port", "cameras", "id"}),
-                                         ("teleop", TeleoperatorConfig, "so101_sim_leader", {}),
-                                         ("teleop", TeleoperatorConfig, "so101_leader", {"port"})):
-        y = yaml.safe_load((CONFIGS / group / f"{name}.yaml").read_text())
-        cls = base.get_choice_class(y.pop("type"))
-        want = _defaults(cls)
-        assert set(y) == set(want) | {"port"} & set(y), name
-        assert {k: v for k, v in y.items() if k not in overrides} == {k: want[k] for k in y if k not in overrides}
+    allowed = {"deploy.yaml": set(), "record.yaml": set(), "robot/so101_sim.yaml": set(), "robot/so101.yaml":
+               {"port", "cameras"}, "teleop/so101_sim_leader.yaml": set(), "teleop/so101_leader.yaml": {"port"}}
+    for name, keys_ in allowed.items():
+        y = yaml.safe_load((CONFIGS / name).read_text())
+        assert set(y) - {"defaults"} == keys_, name
+    dep = OmegaConf.to_container(compose("deploy", ["checkpoint=x", "teleop=so101_sim_leader"]))
+    robot, teleop = dep.pop("robot"), dep.pop("teleop")
+    assert OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DeployCommand), dep)) == DeployCommand(
+        checkpoint="x")
+    assert robot.pop("type") == "so101_sim" and draccus.decode(SO101SimRobotConfig, robot) == SO101SimRobotConfig()
+    assert teleop.pop("type") == "so101_sim_leader"
+    assert draccus.decode(SO101SimLeaderConfig, teleop) == SO101SimLeaderConfig()
+    rec = OmegaConf.to_container(compose("record", ["dataset.root=d", "robot=so101"]))
+    real_arm = rec.pop("robot")
+    rec.pop("teleop")
+    assert OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RecordCommand), rec)) == RecordCommand(
+        dataset=RecorderConfig(root="d"))
+    follower_cls = device_classes("robot")["so101_follower"]
+    assert real_arm.pop("type") == "so101_follower" and set(real_arm.pop("cameras")) == {"front", "wrist"}
+    assert real_arm.pop("port") is None
+    assert draccus.decode(follower_cls, {**real_arm, "port": "p"}) == follower_cls(port="p")
+    # change two defaults in the dataclasses themselves: composition follows
+    fields = {f.name: f for f in dataclasses.fields(DeployCommand)}
+    sim_fields = {f.name: f for f in dataclasses.fields(SO101SimRobotConfig)}
+    monkeypatch.setattr(fields["episodes"], "default", 7)
+    monkeypatch.setattr(sim_fields["image_height"], "default", 33)
+    try:
+        _register_again()
+        cfg = compose("deploy", ["checkpoint=x"])
+        assert cfg.episodes == 7 and cfg.robot.image_height == 33
+    finally:
+        monkeypatch.undo()
+        _register_again()
+    assert compose("deploy", ["checkpoint=x"]).episodes == 1
+
+
+def test_a_misspelled_key_is_refused_naming_it(tmp_path, capsys):
+    """On the command line (top level, safety.*, robot.*, teleop.*, dataset.* of record): exit 2 naming the key. In a
+    yaml: the command's own keys are refused at composition (the schema is typed); a device yaml's at build, by
+    LeRobot's parser, before anything connects."""
+    import shutil
+
+    from robot_rl.cli.deploy import build_robot
+
+    for argv, bad in ((["deploy", "checkpoint=x", "episods=3"], "episods"),
+                      (["deploy", "checkpoint=x", "safety.margn_deg=1"], "margn_deg"),
+                      (["deploy", "checkpoint=x", "robot.image_hieght=32"], "image_hieght"),
+                      (["deploy", "checkpoint=x", "teleop=so101_sim_leader", "teleop.qualty=0.5"], "qualty"),
+                      (["record", "dataset.root=x", "dataset.rooot=y"], "rooot")):
+        assert run_main(argv) == 2, argv
+        assert bad in capsys.readouterr().err, argv
+    cfgs = tmp_path / "configs"
+    shutil.copytree(CONFIGS, cfgs)
+    (cfgs / "deploy.yaml").write_text((CONFIGS / "deploy.yaml").read_text() + "episods: 3\n")
+    with pytest.raises(Exception, match="episods"):
+        _compose_in(cfgs, "deploy", ["checkpoint=x"])
+    (cfgs / "deploy.yaml").write_text((CONFIGS / "deploy.yaml").read_text())
+    (cfgs / "robot" / "so101_sim.yaml").write_text((CONFIGS / "robot" / "so101_sim.yaml").read_text()
+                                                   + "mass_scal: 1.2\n")
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(_compose_in(cfgs, "deploy", ["checkpoint=x"]).robot)
+    with pytest.raises(ValueError, match="mass_scal"):
+        build_robot(raw)
 
 
 def test_a2_a_deploy_without_a_cap_or_with_a_misspelled_key_is_refused(tmp_path, capsys):
