@@ -46,7 +46,7 @@ def test_expected_value_is_the_mean_of_the_distribution():
 
 def _tiny(loss: str = "hl_gauss") -> ValueModel:
     cfg = ValueConfig(cameras=["front"], image_size=[16, 16], conv_channels=[8, 8], conv_strides=[2, 2],
-                      image_feature_dim=16, text_dim=8, hidden_dim=32, loss=loss)
+                      image_feature_dim=16, text_dim=8, hidden_dim=32, loss=loss, random_shift=0)
     stats = {keys.OBS_STATE: {"mean": torch.zeros(6), "std": torch.ones(6) * 10}}
     return ValueModel.from_stats(stats, ["lift the cube", "push the cube"], cfg)
 
@@ -73,6 +73,15 @@ def test_a_tiny_model_fits_targets(loss):
     assert err < 0.05 < first, (first, err)
     v = model.value(frames)
     assert v.shape == (8,) and bool(((v >= -1) & (v <= 0)).all())
+
+
+def test_random_shift_only_in_training():
+    model = _tiny()
+    model.cfg.random_shift = 2
+    frames = _frames(4)
+    torch.testing.assert_close(model.eval()(frames), model(frames))  # eval: deterministic
+    torch.manual_seed(0)
+    assert not torch.equal(model.train()(frames), model(frames))  # training: shifted images
 
 
 def test_save_and_load_give_the_same_values(tmp_path):

@@ -35,6 +35,7 @@ from policies.flow_vla.encoders import (
     ImageEncoder,
     TextEncoder,
     build_vocab,
+    random_shift,
     split_words,
     to_unit_range,
     tokenize,
@@ -59,6 +60,7 @@ class ValueConfig:
     image_feature_dim: int = 128  # per-camera feature size
     text_dim: int = 64  # word embedding size
     hidden_dim: int = 256  # units of the two hidden layers of the head
+    random_shift: int = 4  # pixels of DrQ random translation of the images in training mode (0: off)
     num_bins: int = 201  # K, atoms of the value distribution
     v_min: float = -1.0  # value of the first atom
     v_max: float = 0.0  # value of the last atom
@@ -73,6 +75,8 @@ class ValueConfig:
                              f"[{self.v_min}, {self.v_max}]")
         if self.loss not in (HL_GAUSS, TWO_HOT):
             raise ValueError(f"value loss must be {HL_GAUSS!r} or {TWO_HOT!r}, got {self.loss!r}")
+        if self.random_shift < 0:
+            raise ValueError(f"value random_shift must be >= 0, got {self.random_shift}")
         if self.sigma_ratio <= 0:
             raise ValueError(f"value sigma_ratio must be > 0, got {self.sigma_ratio}")
         if len(self.conv_channels) != len(self.conv_strides) or not self.conv_channels:
@@ -174,7 +178,10 @@ class ValueModel(nn.Module):
             name = keys.lerobot_image_key(cam)
             if name not in frame:
                 raise ValueError(f"the value model reads {name!r}; the frame has {sorted(frame)}")
-            feats.append(self.images[cam](to_unit_range(frame[name].to(self.device)), task))
+            img = to_unit_range(frame[name].to(self.device))
+            if self.training and self.cfg.random_shift > 0:  # a value hardly moves with a 4 px shift: no label noise
+                img = random_shift(img, self.cfg.random_shift)
+            feats.append(self.images[cam](img, task))
         state = (state - self.state_mean) / self.state_std
         return self.head(torch.cat([*feats, task, state], dim=-1))
 
