@@ -117,13 +117,15 @@ def train_ours(root: Path, run_dir: Path, minutes: float, steps: int, seed: int,
                       for p in curve]}
 
 
-def trained_ours(run_dir: Path, command: str) -> dict[str, Any]:
+def trained_ours(run_dir: Path, command: str, peak_rss_mib: float | None = None) -> dict[str, Any]:
     """The record of an earlier ``train_ours`` run in ``run_dir`` (``--reuse-training``): its last checkpoint and
-    curve (process wall time and peak RSS are not known again)."""
+    curve (the process wall time is not known again; the peak RSS only if measured outside and given)."""
     curve = [json.loads(line) for line in (run_dir / "curve.jsonl").read_text().splitlines() if line.strip()]
     policy_dir = max((run_dir / "checkpoints").glob("iter_*")) / "policy"
+    extra = {} if peak_rss_mib is None else {"peak_rss_mib": peak_rss_mib,
+                                             "peak_rss_source": "VmHWM of the training process, polled every 5 s"}
     return {"command": command, "policy": str(policy_dir), "train_wall_s": round(curve[-1]["wall_s"], 1),
-            "updates": curve[-1]["updates"], "reused": True,
+            "updates": curve[-1]["updates"], "reused": True, **extra,
             "curve": [{"wall_s": round(p["wall_s"], 1), "updates": p["updates"], "loss": p.get("loss")}
                       for p in curve]}
 
@@ -312,6 +314,9 @@ def main() -> None:
                    help="ours: actions of each chunk executed before asking again (default: the trained config's)")
     p.add_argument("--ours", nargs="*", default=["algo.lr_schedule=cosine", "algo.warmup_updates=200"],
                    help="extra overrides for robot-rl offline")
+    p.add_argument("--ours-command", default=None, help="--reuse-training: the command that trained ours (recorded)")
+    p.add_argument("--ours-peak-rss-mib", type=float, default=None,
+                   help="--reuse-training: ours' training peak RSS measured outside (recorded with its source)")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args()
     os.environ.setdefault("MUJOCO_GL", "egl")
@@ -342,7 +347,8 @@ def main() -> None:
 
     for m in methods:
         if m == "ours":
-            rec = (trained_ours(a.work / "ours", f"an earlier run of this benchmark in {a.work / 'ours'}")
+            rec = (trained_ours(a.work / "ours", a.ours_command or f"an earlier run in {a.work / 'ours'}",
+                                a.ours_peak_rss_mib)
                    if a.reuse_training else train_ours(a.data, a.work / "ours", cap, a.ours_steps, a.seed, a.ours))
             policies[m] = load_policy(rec["policy"])
             if a.select_executed and not a.executed_steps:
