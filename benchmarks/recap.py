@@ -18,6 +18,13 @@
     python benchmarks/recap.py                  # the full run (sized to issue 15: hours on 2 CPU cores)
     python benchmarks/recap.py --smoke --out /tmp/recap_smoke   # minutes: proves every stage end to end
 
+Measured (``--smoke``, 2 shared cores at load average ~7, so ~3-4x slower than an idle machine): 20 min in all;
+collecting 16 + 4 episodes 87 s; per 20-step run (process, incl. data loading) bc 93 s, recap 144 s (63 s of it the
+value model's 20 steps), awr 239 s (it ran before recap then and fitted its own value model; now it reuses
+recap's), bc_expert 86 s; 4 evaluation episodes 3-5 s; VOC 2 s; a 1-round loop 480 s. At batch 64 with two 64x64
+cameras a value-model step cost 0.4-1x a policy step in the same process. Sizing the defaults from vla_bc's idle
+~0.13 s per policy step: per seed ~4 x 6000 policy steps + 3000 value steps ~ 1 h, so 3 seeds + the loop ~ 4-5 h.
+
 Writes ``recap.json`` + ``recap.png`` (+ ``recap_bc.mp4``, ``recap_recap.mp4``) into ``--out``; the JSON holds the
 seconds each stage took, to size a real run.
 """

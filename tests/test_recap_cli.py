@@ -178,3 +178,30 @@ def test_the_improvement_loop_runs_records_interventions_and_resumes(tmp_path, c
     err = capsys.readouterr().err
     assert "collected" not in err and "round 1: success" in err
     assert int(read_meta(run / "data").info["total_episodes"]) == 4
+
+
+def test_configs_hold_the_dataclass_defaults():
+    """algo=recap|awr compose from the dataclasses (every key overridable, a misspelled one refused), and
+    configs/recap.yaml, which lists its keys, holds exactly RecapCommand's fields and defaults."""
+    import dataclasses
+
+    from hydra.errors import ConfigCompositionException
+
+    from robot_rl.algos.recap import ValueTrainConfig
+    from robot_rl.cli.build import compose
+    from robot_rl.cli.offline import VALUE_SIZED
+    from robot_rl.cli.recap import RecapCommand
+    from robot_rl.models.value import ValueConfig
+
+    algo = compose("offline", ["algo=recap", "algo.value.steps=7"]).algo
+    assert algo.value.steps == 7 and algo.labels.n_step == 50 and "conditioning" not in algo.policy
+    assert set(algo.value.model) == {f.name for f in dataclasses.fields(ValueConfig)} - set(VALUE_SIZED)
+    assert set(algo.value) == {f.name for f in dataclasses.fields(ValueTrainConfig)}
+    assert compose("offline", ["algo=awr"]).algo.awr.max_weight == 20.0
+    with pytest.raises(ConfigCompositionException, match="algo.value.stepz"):
+        compose("offline", ["algo=recap", "algo.value.stepz=1"])
+    recap = compose("recap", [])
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+                for f in dataclasses.fields(RecapCommand) if f.name not in ("task", "sim")}
+    assert {k: v for k, v in recap.items() if k not in ("task", "sim")} == defaults
+    assert recap.task.name == "so101_lift"
