@@ -1,6 +1,7 @@
 """``robot-rl recap``: the RECAP improvement loop in simulation.
 
     robot-rl recap task=so101_lift rounds=2 [run_dir=DIR] [init_dataset=DIR] [episodes_per_round=50] [steps=2000]
+    robot-rl recap ... "offline=['algo.value.steps=500','algo.policy.guidance_beta=1.5']"   (Hydra: quote each item)
 
 Round 0 starts from data: a copy of ``init_dataset`` (the source is only read), or ``initial_episodes`` of the
 scripted expert at ``initial_quality``; it trains with ``robot-rl offline algo=recap`` (value model, labels, the
