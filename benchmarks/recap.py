@@ -315,6 +315,7 @@ def main() -> None:
         data["videos"] = videos(pols, a.out, eval_seed)
     if a.loop_rounds > 0:
         t = time.perf_counter()
+        shutil.rmtree(a.work / "loop", ignore_errors=True)  # robot-rl recap would resume an earlier loop there
         data["loop"] = run_loop(mixed, a.work / "loop", a.loop_rounds, a.loop_episodes, a.steps,
                                 a.eval_episodes, a.num_envs, [*a.extra, *value_extra, "dataset.progress=false",
                                                               "logger.progress=false"])
