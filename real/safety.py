@@ -1,4 +1,4 @@
-"""Every safety limit of a real arm, in one file (DESIGN.md §6, RELIABILITY.md A1-A5, A7, A9, A10, A13).
+"""Every safety limit of a real arm, in one file (DESIGN.md §6, RELIABILITY.md A1-A5, A7-A10, A13).
 
 Units are LeRobot's, per joint, as the robot reports them: an SO-101 follower with ``use_degrees=True`` speaks
 degrees for the five body joints and 0..100 for the gripper (``MotorNormMode.RANGE_0_100``); ``so101_sim`` speaks
@@ -22,8 +22,10 @@ What the filter does, per tick, in this order:
    ``motors_bus.py:_unnormalize``).
 
 Torque goes off through ``torque_off_all`` (every motor tried, failures named, a short per-packet timeout: bounded
-time) on every exit path of a ``SafetyGuard`` (an exception, Ctrl-C, SIGTERM, a lost teleoperator, the watchdog),
-which callers open *inside* any dataset context so that torque is off before the dataset is finalised.
+time) on every exit path of a ``SafetyGuard`` (an exception, Ctrl-C, SIGTERM, a lost teleoperator, the watchdog,
+the thermal supervisor), which callers open *inside* any dataset context so that torque is off before the dataset is
+finalised. On a follower arm the guard's ``ThermalSupervisor`` reads every motor's temperature and status twice a
+second: a warning at 55 degC, a safe stop at 60 degC or on an overload / over-current / over-temperature status bit.
 """
 
 from __future__ import annotations
@@ -84,6 +86,10 @@ class TeleopLost(SafeStop):
     """The teleoperator disconnected during a take-over: hold, then torque off; never back to the policy."""
 
 
+class Overheat(SafeStop):
+    """A motor reached ``temperature_stop_c`` or reported an overload / over-temperature / over-current status."""
+
+
 class Terminated(SafeStop):
     """SIGTERM."""
 
@@ -112,6 +118,15 @@ class SafetyConfig:
     # read attempts the window holds at least (it reaches further back than error_window_s to get them): at 30 Hz, 1 s
     # is 30 reads, too few to tell 1% from 5% (a false stop would be likely within minutes); 200 reads tell them apart
     min_window_reads: int = 200
+    # Thermal / overload supervisor (A8, a follower arm's bus only): Present_Temperature, Status and Present_Current of
+    # every motor are read every thermal_poll_s (0.5 s, i.e. at least 1 Hz with room for a late tick, so a status
+    # fault stops the arm within 1 s of showing); None: off (never on hardware)
+    thermal_poll_s: float | None = 0.5
+    temperature_warn_c: float = 55.0  # degC: a warning (once per motor) at or above this
+    temperature_stop_c: float = 60.0  # degC: safe stop + torque off at or above this (STS3215 Max_Temperature_Limit 70)
+    # Status register bits that stop the arm (STS3215 "Status", address 65: bit 0 voltage, 1 angle sensor,
+    # 2 temperature, 3 current, 5 overload); default: temperature | current | overload
+    status_stop_mask: int = 0b101100
 
     def __post_init__(self) -> None:
         for name in ("max_relative_target", "max_relative_target_gripper"):
@@ -125,7 +140,10 @@ class SafetyConfig:
                   "max_consecutive_rejects": self.max_consecutive_rejects >= 1, "watchdog_s": self.watchdog_s > 0,
                   "torque_off_packet_ms": self.torque_off_packet_ms >= 1, "read_retries": self.read_retries >= 0,
                   "max_consecutive_read_failures": self.max_consecutive_read_failures >= 1,
-                  "error_window_s": self.error_window_s > 0, "max_error_rate": 0 < self.max_error_rate <= 1}
+                  "error_window_s": self.error_window_s > 0, "max_error_rate": 0 < self.max_error_rate <= 1,
+                  "thermal_poll_s": self.thermal_poll_s is None or self.thermal_poll_s > 0,
+                  "temperature_stop_c": self.temperature_warn_c <= self.temperature_stop_c,
+                  "status_stop_mask": 0 <= self.status_stop_mask <= 255}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise SafetyConfigError(f"safety: out of range: {', '.join(f'{k}={getattr(self, k)}' for k in bad)}")
@@ -642,6 +660,58 @@ class Watchdog:
                 return
 
 
+# ------------------------------------------------------------------------------------------------- thermal
+class ThermalSupervisor:
+    """A8: every ``cfg.thermal_poll_s`` reads ``Present_Temperature`` (degC), ``Status`` (bit flags) and
+    ``Present_Current`` (raw) of every motor of a follower's bus; a warning (once per motor) at
+    ``temperature_warn_c``, ``Overheat`` at ``temperature_stop_c`` or when a ``status_stop_mask`` bit is set.
+
+    ``poll`` is called from the control loop (``SafetyGuard.tick``, under the guard's bus lock); a read that fails is
+    logged and tried again at the next poll (a dead bus is the state reads' business: ``ReadMonitor``).
+
+    Attributes:
+        temperatures, status, current: motor name -> the last value read.
+        warned: motor names warned about; polls: completed polls; failures: failed polls.
+    """
+
+    def __init__(self, bus: Any, cfg: SafetyConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.bus, self.cfg, self.clock = bus, cfg, clock
+        self.temperatures: dict[str, int] = {}
+        self.status: dict[str, int] = {}
+        self.current: dict[str, int] = {}
+        self.warned: set[str] = set()
+        self.polls = self.failures = 0
+        self._next = -math.inf
+
+    def poll(self) -> None:
+        """Read the registers if ``thermal_poll_s`` has passed since the last poll; raise ``Overheat`` on a limit."""
+        now = self.clock()
+        if now < self._next:
+            return
+        self._next = now + float(self.cfg.thermal_poll_s or math.inf)
+        try:
+            temps = self.bus.sync_read("Present_Temperature", normalize=False, num_retry=0)
+            status = self.bus.sync_read("Status", normalize=False, num_retry=0)
+            current = self.bus.sync_read("Present_Current", normalize=False, num_retry=0)
+        except Exception as e:  # noqa: BLE001 - a missed poll is retried next time
+            self.failures += 1
+            log.warning("thermal supervisor: reading temperature/status failed (%s: %s)", type(e).__name__, e)
+            return
+        self.polls += 1
+        self.temperatures, self.status, self.current = dict(temps), dict(status), dict(current)
+        hot = {m: t for m, t in temps.items() if t >= self.cfg.temperature_stop_c}
+        flagged = {m: s for m, s in status.items() if s & self.cfg.status_stop_mask}
+        if hot or flagged:
+            parts = [f"{m} at {t} degC (stop at {self.cfg.temperature_stop_c:g})" for m, t in hot.items()]
+            parts += [f"{m} status {s:#010b} (stop mask {self.cfg.status_stop_mask:#010b})" for m, s in flagged.items()]
+            raise Overheat("; ".join(parts))
+        for m, t in temps.items():
+            if t >= self.cfg.temperature_warn_c and m not in self.warned:
+                self.warned.add(m)
+                log.warning("thermal supervisor: %s at %d degC (warning at %g, safe stop at %g)", m, t,
+                            self.cfg.temperature_warn_c, self.cfg.temperature_stop_c)
+
+
 # ------------------------------------------------------------------------------------------------- guard
 class SafetyGuard:
     """Torque off on every way out of a control loop: open it *inside* any dataset context, so that
@@ -651,8 +721,10 @@ class SafetyGuard:
                 while ...: guard.tick(); ...   # kicks the watchdog, raises WatchdogTrip if it fired
 
     turns torque off first on a normal end, an exception, Ctrl-C, SIGTERM (raised as ``Terminated`` in the main
-    thread) or a watchdog trip (from the watchdog's thread, at once; the loop then raises ``WatchdogTrip``).
-    ``report`` holds the last ``TorqueOffReport``; ``stopped`` is set once torque went off (send nothing after).
+    thread), a watchdog trip (from the watchdog's thread, at once; the loop then raises ``WatchdogTrip``) or the
+    thermal supervisor (``ThermalSupervisor``, polled from ``tick`` on a robot with a motor bus: torque off, then
+    ``Overheat``). ``report`` holds the last ``TorqueOffReport``; ``stopped`` is set once torque went off (send
+    nothing after); ``thermal`` is the supervisor (None without a motor bus or with ``cfg.thermal_poll_s=None``).
     """
 
     def __init__(self, robot: Any, cfg: SafetyConfig, watchdog: bool = True,
@@ -663,6 +735,9 @@ class SafetyGuard:
         self.stopped = threading.Event()
         self.on_torque_off = on_torque_off
         self._watchdog = Watchdog(cfg.watchdog_s, self._trip) if watchdog else None
+        bus = getattr(robot, "bus", None)
+        self.thermal = ThermalSupervisor(bus, cfg) if cfg.thermal_poll_s is not None and bus is not None \
+            and hasattr(bus, "sync_read") else None
         self._old_sigterm: Any = None
 
     def torque_off(self) -> TorqueOffReport:
@@ -695,6 +770,14 @@ class SafetyGuard:
             if not self._watchdog.started:
                 self._watchdog.start()  # armed at the loop's first tick: setting up is not a stall
             self._watchdog.kick()
+        if self.thermal is not None:
+            try:
+                with self.lock:
+                    self.thermal.poll()
+            except Overheat as e:
+                log.error("thermal supervisor: %s: torque off", e.reason)
+                self.torque_off()
+                raise
 
     def paused(self) -> Any:
         """Context: suspend the watchdog around planned long work (the arm holds its last command)."""
@@ -726,8 +809,9 @@ class SafetyGuard:
 
 
 __all__ = [
-    "ActionRejected", "BusLost", "CalibrationError", "DeviceSetupError", "JointLimits", "ReadMonitor", "SafeCommand",
-    "SafeStop", "SafetyConfig", "SafetyConfigError", "SafetyFilter", "SafetyGuard", "TeleopLost", "Terminated",
-    "TorqueOffReport", "Watchdog", "WatchdogTrip", "check_calibration", "limits_from_calibration",
-    "limits_from_degrees", "limits_from_robot", "limits_from_sim_model", "load_calibration_file", "torque_off_all",
+    "ActionRejected", "BusLost", "CalibrationError", "DeviceSetupError", "JointLimits", "Overheat", "ReadMonitor",
+    "SafeCommand", "SafeStop", "SafetyConfig", "SafetyConfigError", "SafetyFilter", "SafetyGuard", "TeleopLost",
+    "Terminated", "ThermalSupervisor", "TorqueOffReport", "Watchdog", "WatchdogTrip", "check_calibration",
+    "limits_from_calibration", "limits_from_degrees", "limits_from_robot", "limits_from_sim_model",
+    "load_calibration_file", "torque_off_all",
 ]

@@ -437,3 +437,67 @@ def test_a10_broken_calibrations_refuse_to_connect_without_a_write_or_a_prompt(t
     with pytest.raises(CalibrationError, match="differs"):
         safe_connect(robot, SafetyFilter(SafetyConfig(), limits_from_robot(robot, 2.0)))
     assert bus.servos.events == [] and bus.servos.torque_writes == [] and bus.servos.goal_ticks == []
+
+
+# ------------------------------------------------------------------------------------------------ A8
+def _drive(robot, bus, guard, safety, ticks: int, period_s: float, on_tick=None) -> int:
+    """A 1/period_s Hz loop holding the arm where it is through the guard (tick, read, send); returns ticks run."""
+    for i in range(ticks):
+        guard.tick()
+        if on_tick is not None:
+            on_tick(i)
+        with guard.lock:
+            present = present_of(robot)
+            robot.send_action(safety.as_action(safety.command(present, present).values))
+        time.sleep(period_s)
+    return ticks
+
+
+def test_a8_temperature_ramp_warns_at_55_and_stops_at_60_before_the_servo_limit(tmp_path, caplog):
+    """An injected ramp (50 degC, +0.5 degC per tick): one warning per motor once it reads >= 55, then Overheat with
+    torque off on all six motors at the first poll reading >= 60 (below the STS3215's own 70 degC limit), never
+    earlier; exit status 5. Polled every tick here (the 2 Hz default is timed in the overload test)."""
+    from real.faults import FaultPlan
+    from real.safety import Overheat
+
+    cfg = SafetyConfig(thermal_poll_s=1e-9)  # a poll every tick: the ramp is per tick
+    robot, bus, safety = connected(tmp_path, cfg=cfg, plan=FaultPlan(temperature_c=50.0, temperature_per_tick=0.5))
+    seen: list[dict[str, int]] = []
+    with caplog.at_level("WARNING", logger="real.safety"), pytest.raises(Overheat) as info, \
+            SafetyGuard(robot, cfg, watchdog=False) as guard:
+        _drive(robot, bus, guard, safety, 200, 0.0, on_tick=lambda i: seen.append(dict(guard.thermal.temperatures)))
+    assert info.value.exit_code == 5 and "at 60 degC (stop at 60)" in info.value.reason
+    temps = [max(t.values()) for t in seen if t]
+    assert temps and max(temps) < 60 <= max(guard.thermal.temperatures.values()) < 70
+    warnings = [r for r in caplog.records if "warning at 55" in r.getMessage()]
+    assert len(warnings) == 6 and guard.thermal.warned == set(MOTORS)
+    assert all(int(r.getMessage().split(" at ")[1].split()[0]) >= 55 for r in warnings)
+    assert all(not bus.servos.torque_on(i) for i in range(1, 7))
+    assert sorted(i for _, i, v, ok in bus.servos.torque_writes[-6:] if v == 0 and ok) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a8_an_overload_status_bit_stops_the_arm_within_1_s(tmp_path):
+    """At the default polling (every 0.5 s) a 30 Hz loop runs; the overload bit (bit 5 of Status) is set on motor 4
+    at a random moment: Overheat naming wrist_flex, torque off on all six motors within 1 s of the bit appearing.
+    A temperature or status that stays clear never stops the loop (3 s at 30 Hz)."""
+    from real.faults import ADDR
+    from real.safety import Overheat
+
+    cfg = SafetyConfig()
+    robot, bus, safety = connected(tmp_path, cfg=cfg)
+    with SafetyGuard(robot, cfg) as guard:
+        _drive(robot, bus, guard, safety, 90, 1 / 30)
+        assert guard.thermal.polls >= 5 and not guard.stopped.is_set()
+    robot, bus, safety = connected(tmp_path / "b", cfg=cfg)
+    at = 20 + random.Random(0).randrange(15)
+    injected: list[float] = []
+
+    def overload(i: int) -> None:
+        if i == at:
+            bus.servos.regs[4][ADDR["Status"]] = 1 << 5
+            injected.append(time.monotonic())
+
+    with pytest.raises(Overheat, match="wrist_flex status"), SafetyGuard(robot, cfg) as guard:
+        _drive(robot, bus, guard, safety, 90, 1 / 30, on_tick=overload)
+    off = [(t, i) for t, i, v, ok in bus.servos.torque_writes if v == 0 and ok and t >= injected[0]][:6]
+    assert sorted(i for _, i in off) == [1, 2, 3, 4, 5, 6] and max(t for t, _ in off) - injected[0] <= 1.0
