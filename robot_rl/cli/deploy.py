@@ -16,7 +16,7 @@ robot's control rate (``fps``). ``dataset.root=DIR`` records each episode into a
 the end, an error, Ctrl-C, SIGTERM, a lost teleoperator, a stalled loop -- before the dataset is finalised.
 
 Exit status: 0 done; 2 a bad config, checkpoint, calibration, port or camera (nothing moved); 4 a failed write;
-5 a safety stop (``real.safety.SafeStop``: watchdog, bus lost, malformed actions, teleoperator lost); 1 any other
+5 a safety stop (``real.safety.SafeStop``: watchdog, bus lost, malformed actions, teleoperator lost, overheat); 1 any other
 error in the loop (a policy or camera failure; torque off); 130 Ctrl-C; 143 SIGTERM. Each with one line on stderr.
 """
 
