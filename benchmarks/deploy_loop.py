@@ -196,6 +196,8 @@ def timing(args: argparse.Namespace) -> dict[str, Any]:
                      "work_max_ms": c["work_max_ms"], "period_p50_ms": c["period_p50_ms"],
                      "period_p99_ms": c["period_p99_ms"], "missed_deadlines": int(c["missed"]),
                      "horizon": int(policy.horizon), "executed_steps": int(policy.executed_steps)}
+        if name == "flow_vla":  # the chunk inference alone (one call per executed_steps ticks), on a frame of the loop
+            out[name].update(_inference_ms(policy, cams, (h, w)))
         print(f"timing {name}: {out[name]}", file=sys.stderr)
     out["load_average_1_5_15"] = {"before": [round(x, 2) for x in load_before],
                                   "after": [round(x, 2) for x in os.getloadavg()]}
@@ -204,6 +206,24 @@ def timing(args: argparse.Namespace) -> dict[str, Any]:
     out["torch_threads"] = 1
     out["command"] = " ".join([Path(sys.executable).name, *sys.argv])
     return out
+
+
+def _inference_ms(policy: Any, cameras: list[str], size: tuple[int, int], calls: int = 30) -> dict[str, float]:
+    """p50 / p99 ms of ``policy.act`` on one frame of the deploy loop's shapes (state [1, 6] degrees, uint8 images)."""
+    import numpy as np
+    import torch
+
+    from policies import keys
+
+    frame = {keys.OBS_STATE: torch.zeros(1, 6), keys.TASK: ["Pick up the red cube and lift it."],
+             **{keys.lerobot_image_key(c): torch.randint(0, 256, (1, 3, *size), dtype=torch.uint8) for c in cameras}}
+    ms = []
+    with torch.no_grad():
+        for _ in range(calls):
+            t = time.perf_counter()
+            policy.act(frame, deterministic=True)
+            ms.append((time.perf_counter() - t) * 1e3)
+    return {"inference_p50_ms": float(np.percentile(ms, 50)), "inference_p99_ms": float(np.percentile(ms, 99))}
 
 
 # ------------------------------------------------------------------------------------------------ report
