@@ -166,7 +166,7 @@ def test_loss_is_zero_for_the_exact_velocity_and_uses_the_action_statistics():
 
 
 def test_relative_actions_normalise_the_chunk_minus_the_state_per_step():
-    pol = _policy()
+    pol = _policy(relative_actions=True)
     pol.eval()
     batch = _batch(3)
     rel = _stats()[RELATIVE_STATS_KEY]
@@ -182,9 +182,10 @@ def test_relative_actions_normalise_the_chunk_minus_the_state_per_step():
                                + batch[keys.OBS_STATE][:, None, :])
     torch.testing.assert_close(pol.normalize_actions(back, batch[keys.OBS_STATE]), x)
     with pytest.raises(KeyError, match=RELATIVE_STATS_KEY):
-        FlowVLAPolicy.from_stats({k: v for k, v in _stats().items() if k != RELATIVE_STATS_KEY}, TASKS, _tiny_cfg())
+        FlowVLAPolicy.from_stats({k: v for k, v in _stats().items() if k != RELATIVE_STATS_KEY}, TASKS,
+                                 _tiny_cfg(relative_actions=True))
     with pytest.raises(ValueError, match="same joints in the same order"):
-        FlowVLAPolicy.from_stats(_stats(), TASKS, _tiny_cfg(), state_names=list("abcdef"),
+        FlowVLAPolicy.from_stats(_stats(), TASKS, _tiny_cfg(relative_actions=True), state_names=list("abcdef"),
                                  action_names=list("abcdfe"))
 
 

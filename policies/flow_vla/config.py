@@ -58,8 +58,9 @@ class FlowVLAConfig:
     # Predict each chunk relative to the joints at its first frame (a_h - q, normalised per chunk step h by the
     # dataset's statistics of that difference) instead of as absolute targets; the policy's input and output stay
     # absolute targets in degrees (LeRobot's action), only the expert's space changes. Needs state and action to be
-    # the same joints in the same order (checked against their names when known).
-    relative_actions: bool = True
+    # the same joints in the same order (checked against their names when known). Off by default: the one benchmark
+    # pass with it on (together with a raised front camera, so not isolated) was worse (vla_bc.json, "pass3").
+    relative_actions: bool = False
 
     def __post_init__(self) -> None:
         if not self.cameras:
