@@ -59,6 +59,9 @@ def register_configs() -> None:
     from robot_rl.cli.deploy import DeployCommand
     from robot_rl.cli.record import RecordCommand
 
+    from robot_rl.cli.recap import RecapCommand
+
+    cs.store(name="recap_schema", node=RecapCommand)
     cs.store(name="deploy_schema", node=DeployCommand)
     cs.store(name="record_schema", node=RecordCommand)
     for group, options in device_schemas().items():  # configs/robot/<name>.yaml start from robot/<name>_schema
