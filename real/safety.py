@@ -1,4 +1,6 @@
-"""Every safety limit of a real arm, in one file (DESIGN.md §6, RELIABILITY.md A1-A5, A7-A10, A13).
+"""Every safety limit of a real arm, in one place (DESIGN.md §6, RELIABILITY.md A1-A5, A7-A10, A13; the end-effector
+space bounds of A11 live in ``real/ee_bounds.py``, they need our MuJoCo model for IK, and are re-exported here as
+``real.safety.EEBounds`` / ``EEBoundsConfig``, imported on first use).
 
 Units are LeRobot's, per joint, as the robot reports them: an SO-101 follower with ``use_degrees=True`` speaks
 degrees for the five body joints and 0..100 for the gripper (``MotorNormMode.RANGE_0_100``); ``so101_sim`` speaks
@@ -45,6 +47,15 @@ from typing import Any, Self
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+
+def __getattr__(name: str) -> Any:
+    """``EEBounds`` and ``EEBoundsConfig`` from ``real.ee_bounds`` (loaded lazily: it builds the MuJoCo model)."""
+    if name in ("EEBounds", "EEBoundsConfig", "EEBoundsConfigError"):
+        from real import ee_bounds
+
+        return getattr(ee_bounds, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 STS3215_RESOLUTION = 4096  # ticks per turn
 MAX_TICK = STS3215_RESOLUTION - 1

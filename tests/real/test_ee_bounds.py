@@ -272,3 +272,14 @@ def test_fuzz_1000_ee_deltas(fk):
 @pytest.mark.slow
 def test_fuzz_10000_ee_deltas(fk):
     _fuzz(10_000, seed=1, fk=fk)
+
+
+def test_reexported_from_the_safety_module():
+    """real.safety is where a user looks for limits: the EE bounds are there too (the same classes)."""
+    import real.ee_bounds
+    import real.safety
+
+    assert real.safety.EEBounds is real.ee_bounds.EEBounds
+    assert real.safety.EEBoundsConfig is real.ee_bounds.EEBoundsConfig
+    with pytest.raises(AttributeError):
+        real.safety.NoSuchLimit  # noqa: B018
