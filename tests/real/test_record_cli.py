@@ -70,9 +70,11 @@ def session(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("record")
     root = tmp / "ds"
-    robot = SO101SimRobot(SO101SimRobotConfig(task="so101_lift", id="sim", calibration_dir=tmp, image_height=SIZE,
-                                              image_width=SIZE, seed=3))
-    leader = SO101SimLeader(SO101SimLeaderConfig(id="leader", calibration_dir=tmp))
+    # named, and the leader told which: robots of earlier tests may still be alive in this process (the leader
+    # refuses to guess between several)
+    robot = SO101SimRobot(SO101SimRobotConfig(task="so101_lift", id="record_cli_sim", calibration_dir=tmp,
+                                              image_height=SIZE, image_width=SIZE, seed=3))
+    leader = SO101SimLeader(SO101SimLeaderConfig(id="leader", calibration_dir=tmp, robot_id="record_cli_sim"))
     leader.connect()
     cfg = SafetyConfig(watchdog_s=1.0)
     safety = SafetyFilter(cfg, limits_from_robot(robot, cfg.margin_deg))
