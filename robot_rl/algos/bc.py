@@ -25,7 +25,7 @@ from torch import nn
 
 from policies import keys
 from robot_rl.algos.base import OfflineAlgorithm
-from robot_rl.algos.guard import NonFiniteGuard
+from robot_rl.algos.guard import NonFiniteGuard, guarded_step
 
 
 @dataclass
@@ -111,14 +111,10 @@ class BC(OfflineAlgorithm):
             loss, metrics = self.policy.loss(batch)
         else:
             loss, metrics = gaussian_nll(self.policy, batch, self.device)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
         self.updates += 1
-        if not self.guard.check(loss, grad_norm):
-            self.optimizer.zero_grad(set_to_none=True)
+        grad_norm = guarded_step(self.optimizer, self.policy.parameters(), loss, self.cfg.max_grad_norm, self.guard)
+        if grad_norm is None:
             return {"nonfinite_skips": float(self.guard.skipped)}
-        self.optimizer.step()
         out = {k if k.startswith("loss") else f"train/{k}": float(v) for k, v in metrics.items()}
         if not any(k.startswith("loss") for k in out):
             out["loss"] = loss.item()

@@ -8,7 +8,10 @@ checkpoint (RELIABILITY.md B4).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
+from torch import nn
 
 
 class NonFiniteError(RuntimeError):
@@ -45,3 +48,19 @@ class NonFiniteGuard:
 
     def load_state_dict(self, sd: dict[str, int]) -> None:
         self.skipped, self.consecutive = int(sd["skipped"]), int(sd["consecutive"])
+
+
+def guarded_step(optimizer: torch.optim.Optimizer, params: Iterable[torch.Tensor], loss: torch.Tensor,
+                 max_grad_norm: float, guard: NonFiniteGuard) -> torch.Tensor | None:
+    """Backward, clip to ``max_grad_norm`` and step, unless the loss or the gradient norm is non-finite: then the
+    gradients are cleared, the optimizer is not stepped (its state stays bitwise as it was) and None is returned.
+    Returns the pre-clip gradient norm of a step taken. (PPO and FlashSAC interleave their own work between these
+    calls and keep them inline.)"""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = nn.utils.clip_grad_norm_(list(params), max_grad_norm)
+    if not guard.check(loss, grad_norm):
+        optimizer.zero_grad(set_to_none=True)
+        return None
+    optimizer.step()
+    return grad_norm

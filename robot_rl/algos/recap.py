@@ -26,11 +26,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from policies import keys
 from policies.flow_vla import CONDITION_KEY
-from robot_rl.algos.guard import NonFiniteGuard
+from robot_rl.algos.guard import NonFiniteGuard, guarded_step
 from robot_rl.data.labels import LabelConfig, Labels, compute_labels, read_sidecar, targets_for, write_sidecar
 from robot_rl.models.value import ValueConfig, ValueModel
 from robot_rl.models.voc import success_auc, value_order_correlation
@@ -88,14 +87,10 @@ class ValueLearner:
         """One AdamW step on a frame batch and its targets [B] (value units)."""
         self.model.train()
         loss, metrics = self.model.loss(batch, target)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.updates += 1
-        if not self.guard.check(loss, grad_norm):
-            self.optimizer.zero_grad(set_to_none=True)
+        grad_norm = guarded_step(self.optimizer, self.model.parameters(), loss, self.cfg.max_grad_norm, self.guard)
+        if grad_norm is None:
             return {"nonfinite_skips": float(self.guard.skipped)}
-        self.optimizer.step()
         return {**metrics, "value/grad_norm": float(grad_norm)}
 
     def fit(self, sampler: Any, targets: torch.Tensor, log: Callable[[int, dict[str, float]], None] | None = None,
