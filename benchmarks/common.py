@@ -63,3 +63,12 @@ def write_result(name: str, data: dict[str, Any], goals: list[dict[str, Any]], o
     path = out_dir / f"{name}.json"
     path.write_text(json.dumps(record, indent=2))
     return path
+
+
+def save_figure(fig: Any, path: str | Path, dpi: int = 100) -> None:
+    """Lay out, write and close a benchmark's matplotlib figure (the PNG beside its JSON)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)

@@ -42,7 +42,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import RESULTS, goal, write_result
+from benchmarks.common import RESULTS, goal, save_figure, write_result
 
 NAME = "deploy_loop"
 TASKS = {"so101_reach": "ppo", "so101_lift": "flashsac"}
@@ -293,9 +293,7 @@ def plot(data: dict[str, Any], path: Path) -> None:
         ax.set_ylabel("tick work, ms")
         ax.set_title(f"deploy loop at 30 Hz (load {tm['load_average_1_5_15']['before'][0]} on {tm['cores']} cores)")
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ from typing import Any
 os.environ.setdefault("MUJOCO_GL", "egl")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, goal, write_result
+from benchmarks.common import RESULTS, goal, save_figure, write_result
 
 TASK, EVAL_EPISODES, EVAL_SEED = "so101_lift", 50, 10_000
 ARMS = ("scratch", "demos")
@@ -162,9 +162,7 @@ def plot(runs: list[dict[str, Any]], target: float, path: Path, title: str) -> N
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title, fontsize=9)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from benchmarks.common import RESULTS, goal, write_result
+from benchmarks.common import RESULTS, goal, save_figure, write_result
 
 NAME = "gpu_throughput"
 ANCHORS = {
@@ -276,9 +276,7 @@ class Bench:
             ax.set_title(f"{task} ({self.device})")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        save_figure(fig, path, dpi=110)
 
 
 def _mlp(inp: int, out: int, device: str) -> torch.nn.Module:

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 import torch
 
-from benchmarks.common import RESULTS, goal, write_result
+from benchmarks.common import RESULTS, goal, save_figure, write_result
 from benchmarks.vla_bc import VISUAL_DR, robot_rl_command
 
 NAME = "recap"
@@ -215,9 +215,7 @@ def plot(data: dict[str, Any], path: Path) -> None:
         bx.legend()
         bx.grid(alpha=0.3)
         bx.set_title("RECAP loop (robot-rl recap)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 # ------------------------------------------------------------------------------------------------------ main

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from benchmarks.common import RESULTS, goal, write_result
+from benchmarks.common import RESULTS, goal, save_figure, write_result
 
 NAME = "vla_bc"
 TASKS = ("so101_reach", "so101_lift", "so101_push", "so101_pick")
@@ -279,9 +279,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     bx.legend()
     bx.grid(alpha=0.3)
     fig.suptitle("one multi-task policy from scripted demos: ours (flow VLA) vs LeRobot's own, same data and time")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 # ------------------------------------------------------------------------------------------------------ main
