@@ -115,8 +115,8 @@ def session(tmp_path_factory):
 def test_c2_each_episode_is_durable_the_moment_it_is_committed(session):
     """After each commit a separate process reads every parquet footer and decodes every video to its last frame; the
     rows and frames it sees are exactly the episodes committed so far (one video file per camera and episode). The
-    commit (fsyncs + the commit record) costs ~60 ms per episode here with the machine loaded (load average ~6 on 2
-    cores; RELIABILITY C2 asks <= 50 ms, which it does not meet under that load): asserted <= 100 ms."""
+    commit (parquet footers, fsyncs, the commit record) adds 13-29 ms per episode here with a training run beside it
+    (load average ~2 on 2 cores; ~60 ms at load average ~6): asserted <= 50 ms on average, RELIABILITY C2's bound."""
     checks, res = session["checks"], session["res"]
     assert res.written == 3 and [c["episode"] for c in checks] == [0, 1, 2]
     lengths = []
@@ -127,7 +127,7 @@ def test_c2_each_episode_is_durable_the_moment_it_is_committed(session):
             files = sorted(k for k in c["videos"] if f"images.{cam}/" in k)
             assert [c["videos"][f][0] for f in files] == lengths
             assert all(c["videos"][f][1] == [SIZE, SIZE, 3] for f in files)
-    assert session["timings"]["commit_s"] / 3 <= 0.1
+    assert session["timings"]["commit_s"] / 3 <= 0.05, session["timings"]
 
 
 def test_c3_the_recorded_dataset_validates(session):
@@ -164,7 +164,7 @@ def test_c3_the_recorded_dataset_validates(session):
 
 def test_c7_round_trip_state_action_bitwise_and_video_psnr(session):
     """What the session handed the recorder comes back: state and action bitwise equal, the videos at PSNR >= 40 dB
-    (mean over frames; H.264 4:4:4, CRF 10, 48x48 renders: the worst frame ~38 dB, asserted >= 35), and the recorded
+    on every frame (H.264 4:4:4 at the default CRF 7, 48x48 renders: mean 44.1 dB, worst frame 41.0 dB), and the recorded
     action within the per-tick cap of the state."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -178,7 +178,7 @@ def test_c7_round_trip_state_action_bitwise_and_video_psnr(session):
             got = row[keys.lerobot_image_key(cam)].float() * 255
             mse = float(((got - t[cam][0].float()) ** 2).mean())
             psnrs.append(99.0 if mse == 0 else 10 * np.log10(255**2 / mse))
-    assert np.mean(psnrs) >= 40 and min(psnrs) >= 35, (np.mean(psnrs), min(psnrs))
+    assert min(psnrs) >= 40, (np.mean(psnrs), min(psnrs))
     state = torch.stack([t["state"][0] for t in tapped])
     action = torch.stack([t["action"][0] for t in tapped])
     assert bool(((action - state)[:, :5].abs() <= 5.0 + 1e-3).all())
