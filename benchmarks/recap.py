@@ -174,9 +174,11 @@ def videos(policies: dict[str, Any], out_dir: Path, seed: int) -> dict[str, str 
 
 # ------------------------------------------------------------------------------------------------------ loop
 def run_loop(root: Path, run_dir: Path, rounds: int, episodes: int, steps: int, eval_episodes: int, num_envs: int,
-             offline_extra: list[str]) -> dict[str, Any]:
+             offline_extra: list[str], init_run: Path | None) -> dict[str, Any]:
+    """``robot-rl recap`` from the mixed dataset; round 0 is RECAP's seed-0 run (``init_run``) when there is one."""
     cmd = [*robot_rl_command(), "recap", f"task={TASK}", f"rounds={rounds}", f"run_dir={run_dir}",
-           f"init_dataset={root}", f"episodes_per_round={episodes}", f"steps={steps}",
+           f"init_dataset={root}", *([f"init_run={init_run}"] if init_run is not None else []),
+           f"episodes_per_round={episodes}", f"steps={steps}",
            f"eval_episodes={eval_episodes}", f"eval_envs={min(num_envs, eval_episodes)}", f"sim.num_envs={num_envs}",
            *_overrides(VISUAL_DR, "sim.randomization"),
            "offline=[" + ",".join(f"'{o}'" for o in offline_extra) + "]"]
@@ -240,6 +242,8 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
     p.add_argument("--work", type=Path, default=Path("/tmp/recap_bench"))
     p.add_argument("--skip-collect", action="store_true", help="reuse the datasets in --work")
+    p.add_argument("--loop-only", action="store_true",
+                   help="only the loop, added to the recap.json already in --out (from RECAP's run in --work)")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args()
     if a.smoke:
@@ -256,6 +260,11 @@ def main() -> None:
     data: dict[str, Any] = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
                             "timing_s": {}}
     data["settings"]["expert_episodes"] = n_expert
+    if a.loop_only:
+        data = {k: v for k, v in json.loads((a.out / f"{NAME}.json").read_text()).items()
+                if k not in ("name", "date", "commit", "command", "machine", "goals")}
+        data["settings"]["loop_only_command"] = " ".join(sys.argv)
+        methods, a.skip_collect, a.video = [], True, False
     t = time.perf_counter()
     if not a.skip_collect:
         shutil.rmtree(a.work, ignore_errors=True)
@@ -266,13 +275,15 @@ def main() -> None:
                            "heldout_degraded": collect(heldout, a.heldout - max(1, round(a.expert_fraction *
                                                                                         a.heldout)),
                                                        a.degraded_quality, a.num_envs, 3, True)}
-    data["timing_s"]["collect"] = round(time.perf_counter() - t, 1)
+    if not a.loop_only:
+        data["timing_s"]["collect"] = round(time.perf_counter() - t, 1)
     value_extra = [f"algo.value.steps={a.value_steps}", f"algo.labels.max_episode_length={EPISODE_LENGTH}"]
-    data["training"], data["eval"] = {}, {}
+    if not a.loop_only:
+        data["training"], data["eval"] = {}, {}
     eval_seed = 900_000
     from policies import load_policy
 
-    for seed in range(a.seeds):
+    for seed in range(a.seeds if methods else 0):
         for m in methods:
             run_dir = a.work / f"{m}_s{seed}"
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -314,9 +325,11 @@ def main() -> None:
     if a.loop_rounds > 0:
         t = time.perf_counter()
         shutil.rmtree(a.work / "loop", ignore_errors=True)  # robot-rl recap would resume an earlier loop there
+        init_run = a.work / "recap_s0"
         data["loop"] = run_loop(mixed, a.work / "loop", a.loop_rounds, a.loop_episodes, a.steps,
                                 a.eval_episodes, a.num_envs, [*a.extra, *value_extra, "dataset.progress=false",
-                                                              "logger.progress=false"])
+                                                              "logger.progress=false"],
+                                init_run if (init_run / "labels").is_dir() else None)
         data["timing_s"]["loop"] = round(time.perf_counter() - t, 1)
     goals = _goals(data, betas)
     path = write_result(NAME, data, goals, a.out)

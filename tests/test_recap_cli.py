@@ -137,6 +137,25 @@ def test_end_to_end_on_a_collected_dataset(tmp_path, capsys):
                  "num_envs=2", "video=false", f"out_dir={out}"]) == 0, capsys.readouterr().err
     assert json.loads((out / "eval.json").read_text())["eval"]["num_episodes"] == 2
     assert CONDITION_KEY == "advantage_indicator"
+    # the loop takes this run as its round 0 (init_run): nothing trained, the policy evaluated, both sources untouched
+    run_before, loop = tree_hash(run), tmp_path / "loop"
+    args = ["recap", "task=so101_lift", "rounds=0", f"init_dataset={data}", f"init_run={run}",
+            "task.episode_length=10", "task.image_width=32", "task.image_height=32", "eval_episodes=2", "eval_envs=2"]
+    capsys.readouterr()
+    assert main([*args, f"run_dir={loop}"]) == 0, capsys.readouterr().err
+    assert "value model: step" not in capsys.readouterr().err
+    state = json.loads((loop / "state.json").read_text())["done"]
+    assert state["round_0/train"]["adopted"] == str(run) and state["round_0/eval"]["num_episodes"] == 2
+    assert tree_hash(run) == run_before and tree_hash(data) == before
+    # a run on another dataset, or of another algorithm, is refused before anything is copied
+    bc_run = tmp_path / "bc"
+    assert _offline("bc", data, bc_run, "steps=2") == 0
+    for bad, message in ((f"init_dataset={tmp_path / 'eval'}", "was trained on"), (f"init_run={bc_run}", "algo=bc run")):
+        capsys.readouterr()
+        key = bad.split("=")[0]
+        assert main([*(a for a in args if not a.startswith(key + "=")), bad, f"run_dir={tmp_path / 'refused'}"]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "refused" / "data").exists()
 
 
 def test_the_improvement_loop_runs_records_interventions_and_resumes(tmp_path, capsys):

@@ -1,11 +1,14 @@
 """``robot-rl recap``: the RECAP improvement loop in simulation.
 
     robot-rl recap task=so101_lift rounds=2 [run_dir=DIR] [init_dataset=DIR] [episodes_per_round=50] [steps=2000]
+    robot-rl recap ... init_dataset=DIR init_run=RUN    (round 0 = an existing robot-rl offline algo=recap run on DIR)
     robot-rl recap ... "offline=['algo.value.steps=500','algo.policy.guidance_beta=1.5']"   (Hydra: quote each item)
 
 Round 0 starts from data: a copy of ``init_dataset`` (the source is only read), or ``initial_episodes`` of the
 scripted expert at ``initial_quality``; it trains with ``robot-rl offline algo=recap`` (value model, labels, the
-conditioned flow VLA) and evaluates. Each further round:
+conditioned flow VLA) and evaluates. ``init_run`` names a finished ``robot-rl offline algo=recap`` run on
+``init_dataset`` to take as round 0's training instead (copied; checked to be a RECAP run on that dataset). Each
+further round:
 
 1. **collect** ``episodes_per_round`` with the current policy; the previous round's value model watches every
    frame, and where it stays below ``intervene_below`` for ``intervene_patience`` steps (after the first
@@ -49,6 +52,7 @@ class RecapCommand:
     rounds: int = 2  # improvement rounds after round 0 (each: collect, append, retrain, evaluate)
     run_dir: str | None = None  # default: runs/recap_<task>_<YYYYmmdd_HHMMSS>; an existing one is resumed
     init_dataset: str | None = None  # round 0's data, copied (None: the scripted expert records it)
+    init_run: str | None = None  # a robot-rl offline algo=recap run on init_dataset: round 0's training, copied
     initial_episodes: int = 100  # scripted-expert episodes of round 0 when init_dataset is None
     initial_quality: float = 0.5  # their quality (sim.experts: flaws with probability 1 - quality)
     episodes_per_round: int = 50  # episodes collected by the policy (+ interventions) per round
@@ -74,6 +78,8 @@ class RecapCommand:
             raise ValueError(f"initial_quality must lie in [0, 1], got {self.initial_quality}")
         if self.eval_episodes < 1 or self.eval_envs < 1 or self.intervene_patience < 1 or self.intervene_after < 0:
             raise ValueError("eval_episodes, eval_envs and intervene_patience must be >= 1, intervene_after >= 0")
+        if self.init_run is not None and self.init_dataset is None:
+            raise ValueError("init_run needs init_dataset: the dataset that run was trained on")
 
 
 # ------------------------------------------------------------------------------------------- the actor
@@ -169,6 +175,27 @@ def train_round(cmd: RecapCommand, data: Path, run: Path, max_len: int) -> Path:
         overrides.append(f"resume={run}")
     offline(compose("offline", overrides))
     return run
+
+
+def check_init_run(init_run: Path, init_dataset: Path) -> None:
+    """Refuse, naming what is wrong, an ``init_run`` that is not a finished ``robot-rl offline algo=recap`` run on
+    ``init_dataset`` with its value model, labels and an exported policy."""
+    from robot_rl.algos.recap import VALUE_DIR
+    from robot_rl.checkpoint import load_meta
+
+    try:
+        _, meta = load_meta(init_run)
+    except (FileNotFoundError, ValueError) as err:
+        raise ValueError(f"bad config: init_run={init_run} is not a finished robot-rl offline run ({err})") from err
+    if meta.get("algo") != "recap":
+        raise ValueError(f"bad config: init_run={init_run} is a robot-rl offline algo={meta.get('algo')} run; the "
+                         "loop needs algo=recap (its value model watches the next round's collection)")
+    if Path(meta.get("dataset_root", "")).resolve() != init_dataset.resolve():
+        raise ValueError(f"bad config: init_run={init_run} was trained on {meta.get('dataset_root')}, not "
+                         f"init_dataset={init_dataset}")
+    for need in (init_run / VALUE_DIR, init_run / "labels" / "labels.json", _exported(init_run)):
+        if not need.exists():
+            raise ValueError(f"bad config: init_run={init_run} lacks {need}")
 
 
 def evaluate_round(cmd: RecapCommand, task: str, task_cfg: Any, sim_cfg: Any, policy: Any) -> dict[str, Any]:
@@ -268,6 +295,8 @@ def recap(cfg: Any) -> dict[str, Any]:
     raw = OmegaConf.to_container(cfg, resolve=True)
     cmd = typed(RecapCommand, {k: v for k, v in raw.items() if k not in ("task", "sim")}, "")
     task, task_cfg, sim_cfg = _task_and_sim(raw)
+    if cmd.init_run:
+        check_init_run(Path(cmd.init_run), Path(cmd.init_dataset))
     device = resolve_device(cmd.device)
     torch.set_num_threads(cmd.torch_threads)
     seed_everything(cmd.seed)
@@ -304,8 +333,14 @@ def recap(cfg: Any) -> dict[str, Any]:
         stage = f"round_{r}/train"
         if state.done(stage) is None:
             start = time.perf_counter()
-            train_round(cmd, data, rdir / "train", max_len)
-            state.finish(stage, {"seconds": round(time.perf_counter() - start, 1)})
+            if r == 0 and cmd.init_run:
+                shutil.rmtree(rdir / "train", ignore_errors=True)
+                shutil.copytree(cmd.init_run, rdir / "train")  # the source run is only read
+                result = {"seconds": 0.0, "adopted": str(cmd.init_run)}
+            else:
+                train_round(cmd, data, rdir / "train", max_len)
+                result = {"seconds": round(time.perf_counter() - start, 1)}
+            state.finish(stage, result)
         stage = f"round_{r}/eval"
         if state.done(stage) is None:
             policy = load_policy(_exported(rdir / "train"), device)
