@@ -21,8 +21,8 @@ def machine() -> dict[str, Any]:
 
         if torch.cuda.is_available():
             gpu = torch.cuda.get_device_name(0)
-    except Exception:  # torch missing is fine for a record
-        pass
+    except (ImportError, RuntimeError) as err:  # no torch, or a CUDA that fails to initialise: recorded as such
+        gpu = f"unknown ({type(err).__name__})"
     return {"cores": os.cpu_count(), "gpu": gpu, "platform": platform.platform(), "python": platform.python_version()}
 
 
@@ -30,7 +30,7 @@ def git_commit() -> str:
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
                                        cwd=Path(__file__).parent).strip()
-    except Exception:
+    except (OSError, subprocess.CalledProcessError):  # no git, or not a checkout
         return "unknown"
 
 
@@ -53,7 +53,7 @@ def write_result(name: str, data: dict[str, Any], goals: list[dict[str, Any]], o
     out_dir.mkdir(parents=True, exist_ok=True)
     record = {
         "name": name,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "commit": git_commit(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": machine(),

@@ -27,13 +27,13 @@ from pathlib import Path
 os.environ.setdefault("MUJOCO_GL", "egl")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import matplotlib  # noqa: E402
-import torch  # noqa: E402
+import matplotlib
+import torch
 
-from benchmarks.common import RESULTS, goal, write_result  # noqa: E402
+from benchmarks.common import RESULTS, goal, write_result
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 TASK = "humanoid_walk"
 FORWARD = ["task.lin_vel_x_range=[0.5,1.0]", "task.lin_vel_y_range=[0.0,0.0]", "task.ang_vel_z_range=[0.0,0.0]",

@@ -38,13 +38,13 @@ from typing import Any
 os.environ.setdefault("MUJOCO_GL", "egl")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import matplotlib  # noqa: E402
-import torch  # noqa: E402
+import matplotlib
+import torch
 
-from benchmarks.common import RESULTS, goal, provenance, write_result  # noqa: E402
+from benchmarks.common import RESULTS, goal, provenance, write_result
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 THREADS, TARGET, WINDOW = 2, 0.9, 200
 BUDGET_MIN = {"so101_reach": 8.0, "so101_lift": 60.0}  # per library per seed (a cap: runs stop at 90%)

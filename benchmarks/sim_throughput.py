@@ -28,20 +28,20 @@ from pathlib import Path
 os.environ.setdefault("MUJOCO_GL", "egl")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import gymnasium  # noqa: E402
-import matplotlib  # noqa: E402
-import mujoco  # noqa: E402
-import mujoco.rollout  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import gymnasium
+import matplotlib
+import mujoco
+import mujoco.rollout
+import numpy as np
+import torch
 
-import sim  # noqa: E402,F401
-from benchmarks.common import RESULTS, goal, write_result  # noqa: E402
-from sim.config import SimConfig  # noqa: E402
-from sim.registry import make_env, task_config, task_names  # noqa: E402
+import sim
+from benchmarks.common import RESULTS, goal, write_result
+from sim.config import SimConfig
+from sim.registry import make_env, task_config, task_names
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 THREADS = 2
 FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS.value

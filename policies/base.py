@@ -54,7 +54,7 @@ class Policy(nn.Module, ABC):
         chunk [N, H, A]. The state policies' are the env's normalised actions in [-1, 1]; the flow VLA's are joint
         position targets in degrees (LeRobot's ``action``, ``policies.keys``)."""
 
-    def reset(self, env_ids: torch.Tensor | None = None) -> None:  # noqa: B027 - stateless policies need nothing
+    def reset(self, env_ids: torch.Tensor | None = None) -> None:
         """Forget what the policy keeps for these envs (all when None); called when their episodes start."""
 
     @property

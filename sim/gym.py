@@ -10,7 +10,7 @@ uint8 ``[3, H, W]`` image per camera. Actions: ``Box(-1, 1, (A,))``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
@@ -59,7 +59,7 @@ def _to_numpy(obs: dict[str, torch.Tensor], dict_space: bool, index: int | None 
 class SingleEnv(gymnasium.Env):
     """One of our tasks behind the gymnasium single-env API (a batched env of size 1 underneath)."""
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, task: str = "so101_reach", render_mode: str | None = None, backend: str = "mujoco",
                  **task_overrides: Any) -> None:

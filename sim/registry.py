@@ -111,6 +111,7 @@ def _isaaclab_env(task: Any, sim: SimConfig, cfg: Any) -> VecEnv:
 def config_from_dict(name: str, values: dict[str, Any]) -> Any:
     """Typed task config from a plain dict (Hydra's ``cfg.task`` minus ``name``), via OmegaConf's type checks."""
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     tasks = _tasks()
     if name == ISAACLAB:
@@ -125,15 +126,16 @@ def config_from_dict(name: str, values: dict[str, Any]) -> Any:
         schema = OmegaConf.structured(tasks[name][1])
     try:
         return OmegaConf.to_object(OmegaConf.merge(schema, OmegaConf.create(values)))
-    except Exception as e:  # omegaconf's ValidationError / ConfigKeyError / MissingMandatoryValue name the key
+    except (OmegaConfBaseException, ValueError, TypeError) as e:  # ValidationError / ConfigKeyError / MissingMandatoryValue name the key
         raise ValueError(f"bad config for task {name!r}: {e}") from None
 
 
 def sim_config_from_dict(values: dict[str, Any]) -> SimConfig:
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     try:
         merged = OmegaConf.merge(OmegaConf.structured(SimConfig), OmegaConf.create(values))
         return OmegaConf.to_object(merged)
-    except Exception as e:
+    except (OmegaConfBaseException, ValueError, TypeError) as e:
         raise ValueError(f"bad sim config: {e}") from None

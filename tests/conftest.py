@@ -4,6 +4,6 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
-import torch  # noqa: E402
+import torch
 
 torch.set_num_threads(1)  # small networks: more threads only add contention on 2 cores

@@ -12,7 +12,6 @@ import torch
 from policies import ActionQueue, FlowVLAConfig, FlowVLAPolicy, keys, load_policy
 from policies.flow_vla import CONDITION_KEY
 from policies.flow_vla.config import RELATIVE_STATS_KEY
-from policies.flow_vla.policy import relative_chunk_stats
 from policies.flow_vla.encoders import PAD_ID, UNK_ID, build_vocab, tokenize, word_index
 from policies.flow_vla.flow import (
     euler_integrate,
@@ -24,6 +23,7 @@ from policies.flow_vla.flow import (
     target_velocity,
     time_embedding,
 )
+from policies.flow_vla.policy import relative_chunk_stats
 
 TASKS = ["pick up the red cube", "pick up the blue cube"]
 CAMS = ["front", "wrist"]

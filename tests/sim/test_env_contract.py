@@ -67,7 +67,7 @@ def test_auto_reset_keeps_the_true_final_observation():
     zero = torch.zeros(2, 6)
     for t in range(5):
         prev = obs
-        obs, r, terminated, truncated, info = env.step(zero)
+        obs, _r, terminated, truncated, info = env.step(zero)
     assert truncated.all() and not terminated.any()
     final = info[keys.FINAL_OBS][keys.POLICY]
     target = slice(15, 18)  # target xyz inside the reach observation
@@ -82,7 +82,7 @@ def test_nan_state_resets_only_the_injected_envs():
     env.reset(seed=0)
     env.physics.state.qvel[2, 0] = float("nan")
     env.physics.state.qpos[4, 7] = float("inf")
-    obs, reward, terminated, truncated, info = env.step(torch.zeros(6, 6))
+    obs, reward, terminated, _truncated, info = env.step(torch.zeros(6, 6))
     assert terminated.tolist() == [False, False, True, False, True, False]
     assert info["faulted"].tolist() == [False, False, True, False, True, False]
     assert env.counters["sim_nan_resets"] == 2
