@@ -78,22 +78,20 @@ class ScheduledTakeover:
 
 
 class KeyboardTakeover:
-    """A key (or a USB foot pedal, which types a key) toggles the take-over, read through LeRobot's
-    ``KeyboardTeleop`` (pynput; needs a display or input device access).
+    """A key (or a USB foot pedal, which types a key) toggles the take-over: each press flips between the policy and
+    the person (holding the key does not flip it again). Keys are read through LeRobot's ``KeyboardTeleop`` (pynput:
+    an X11 session, a Windows desktop or macOS with input monitoring granted; not Wayland, not a headless machine).
 
     Args:
         key: the key's character ("t") or pynput name ("space", "f12").
+        keyboard: anything with LeRobot's ``Teleoperator.get_action()`` returning the keys held now (LeRobot's
+            ``KeyboardTeleop`` does: characters, or pynput ``Key`` objects whose ``str`` is ``Key.<name>``); None:
+            LeRobot's, connected here. The caller's keyboard is not disconnected by ``close``.
     """
 
-    def __init__(self, key: str = "space") -> None:
-        from lerobot.teleoperators.keyboard import KeyboardTeleop, KeyboardTeleopConfig
-
-        try:
-            self.keyboard = KeyboardTeleop(KeyboardTeleopConfig())
-            self.keyboard.connect()
-        except Exception as e:
-            raise SafetyConfigError(f"takeover=keyboard: cannot read the keyboard ({type(e).__name__}: {e}); install "
-                                    "pynput and run with a display, or use takeover=none") from e
+    def __init__(self, key: str = "space", keyboard: Any = None) -> None:
+        self.owned = keyboard is None
+        self.keyboard = _lerobot_keyboard() if keyboard is None else keyboard
         self.key, self.on, self._down = key, False, False
 
     def engaged(self) -> bool:
@@ -106,10 +104,32 @@ class KeyboardTakeover:
         return self.on
 
     def close(self) -> None:
+        if not self.owned:
+            return
         try:
             self.keyboard.disconnect()
-        except Exception:  # noqa: BLE001, S110
+        except Exception:  # noqa: BLE001, S110 - best effort on the way out; the listener thread is a daemon
             pass
+
+
+def _lerobot_keyboard() -> Any:
+    """LeRobot's ``KeyboardTeleop``, connected, or ``SafetyConfigError`` saying why keys cannot be read here. LeRobot
+    0.6.1's ``connect`` only warns when pynput cannot capture (headless, Wayland) and leaves it unconnected: its first
+    ``get_action`` would then raise mid-session, so that is checked here, before anything moves."""
+    from lerobot.teleoperators.keyboard import KeyboardTeleop, KeyboardTeleopConfig
+
+    hint = ("run in an X11 session, on a Windows desktop or on macOS with input monitoring granted; or use "
+            "takeover=schedule or takeover=none")
+    try:
+        keyboard = KeyboardTeleop(KeyboardTeleopConfig())
+        keyboard.connect()
+    except Exception as e:
+        raise SafetyConfigError(f"takeover=keyboard: cannot read the keyboard ({type(e).__name__}: {e}); install "
+                                f"pynput (pip install pynput), {hint}") from e
+    if not keyboard.is_connected:
+        raise SafetyConfigError("takeover=keyboard: pynput cannot capture key events in this session (no X11 "
+                                f"display, or Wayland); {hint}")
+    return keyboard
 
 
 # ------------------------------------------------------------------------------------------------- the policy
