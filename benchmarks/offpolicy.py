@@ -102,6 +102,7 @@ def _sb3_sac(task: str, seed: int, budget_s: float, eval_every: float, num_envs:
     gradient step per vector step (FlashSAC's update-to-data ratio), so that it sees the same stream of data."""
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
 
     from sim.config import SimConfig
     from sim.gym import sb3_vec_env
@@ -110,6 +111,7 @@ def _sb3_sac(task: str, seed: int, budget_s: float, eval_every: float, num_envs:
     venv = sb3_vec_env(make_env(task, SimConfig(num_envs=num_envs, num_threads=1, seed=seed), task_config(task)))
     venv.seed(seed)
     model = SAC("MlpPolicy", venv, seed=seed, device="cpu", verbose=0)  # train_freq 1, gradient_steps 1: per step
+    model.set_logger(Logger(None, []))  # SB3's default leaves an empty /tmp/SB3-<date> folder per run
     # of the vector env (SB3 counts train_freq in vector steps)
     ev, curve, name = _eval_env(task), [], "sb3_sac" if num_envs == 1 else "sb3_sac_vec"
 
@@ -171,8 +173,10 @@ def _gym_flashsac(env_id: str, seed: int, steps: int, overrides: list[str]) -> f
 def _gym_sb3_sac(env_id: str, seed: int, steps: int) -> float:
     import gymnasium
     from stable_baselines3 import SAC
+    from stable_baselines3.common.logger import Logger
 
     model = SAC("MlpPolicy", gymnasium.make(env_id), seed=seed, device="cpu", verbose=0)
+    model.set_logger(Logger(None, []))  # SB3's default leaves an empty /tmp/SB3-<date> folder per run
     model.learn(total_timesteps=steps)
     low, high = model.action_space.low, model.action_space.high
     # our GymVecEnv maps [-1, 1] onto the bounds; SB3 predicts in env units: rescale back for the shared scorer

@@ -78,6 +78,7 @@ def run_sb3(task: str, seed: int, budget_min: float, gym_path: bool = False) -> 
     from stable_baselines3 import PPO as SB3PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import VecNormalize
 
     from sim.config import SimConfig
@@ -101,6 +102,7 @@ def run_sb3(task: str, seed: int, budget_min: float, gym_path: bool = False) -> 
                    gamma=0.99, gae_lambda=0.95, clip_range=0.2, ent_coef=0.01, vf_coef=1.0, max_grad_norm=1.0,
                    policy_kwargs={"net_arch": {"pi": arch, "vf": arch}, "activation_fn": torch.nn.ELU},  # ortho init
                    seed=seed, device="cpu", verbose=0)
+    model.set_logger(Logger(None, []))  # SB3's default leaves an empty /tmp/SB3-<date> folder per run
     curve: list[tuple[float, int, float]] = []
 
     class Track(BaseCallback):

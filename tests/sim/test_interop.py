@@ -47,11 +47,13 @@ def test_gymnasium_image_observations_are_a_dict():
 
 def test_sb3_ppo_trains_a_few_hundred_steps_on_our_batched_env():
     from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env.base_vec_env import VecEnv as SB3VecEnv
 
     venv = sb3_vec_env(make_env("so101_reach", SimConfig(num_envs=8)))
     assert isinstance(venv, SB3VecEnv)
     model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu")
+    model.set_logger(Logger(None, []))  # SB3's default logger leaves an empty /tmp/SB3-<date> folder per run
     model.learn(total_timesteps=512)
     assert model.num_timesteps >= 512
     obs = venv.reset()
