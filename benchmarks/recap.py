@@ -17,13 +17,14 @@
 
     python benchmarks/recap.py                  # the full run (sized to issue 15: hours on 2 CPU cores)
     python benchmarks/recap.py --smoke --out /tmp/recap_smoke   # minutes: proves every stage end to end
+    python benchmarks/recap.py --seeds 1 --steps 3000 --value-steps 1500 --loop-rounds 0 --out /tmp/recap_out
+    python benchmarks/recap.py --extend --methods '' --seeds 1 --steps 3000 --value-steps 1500 --loop-rounds 2 \
+        --loop-episodes 60 --out /tmp/recap_out     # the committed run: its loop added afterwards
 
-Measured (``--smoke``, 2 shared cores at load average ~7, so ~3-4x slower than an idle machine): 20 min in all;
-collecting 16 + 4 episodes 87 s; per 20-step run (process, incl. data loading) bc 93 s, recap 144 s (63 s of it the
-value model's 20 steps), awr 239 s (it ran before recap then and fitted its own value model; now it reuses
-recap's), bc_expert 86 s; 4 evaluation episodes 3-5 s; VOC 2 s; a 1-round loop 480 s. At batch 64 with two 64x64
-cameras a value-model step cost 0.4-1x a policy step in the same process. Sizing the defaults from vla_bc's idle
-~0.13 s per policy step: per seed ~4 x 6000 policy steps + 3000 value steps ~ 1 h, so 3 seeds + the loop ~ 4-5 h.
+Measured (the committed run, 1 seed, 2 cores, nothing else heavy beside it): collecting 300 + 50 episodes 15 min
+(degraded episodes 3.1 s each, expert 1.2 s); per 3000-step run 11-14 min (a policy step ~0.16-0.19 s, a value step
+0.18 s: RECAP's 1500 value steps 4.4 min + labelling 37 s); 100 evaluation episodes 35-55 s; the loop ~19 min per
+round with 60 episodes. ``--smoke`` (tiny sizes) proves every stage in ~20 min.
 
 Writes ``recap.json`` + ``recap.png`` (+ ``recap_bc.mp4``, ``recap_recap.mp4``) into ``--out``; the JSON holds the
 seconds each stage took, to size a real run.
@@ -136,6 +137,40 @@ def evaluate_policy(policy: Any, episodes: int, num_envs: int, seed: int) -> dic
     return {**r.to_json(), "failure_rate": 1.0 - r.success_rate, "seconds": round(time.perf_counter() - start, 1)}
 
 
+def oracle_labels(recap_run: Path, run_dir: Path, n_expert: int) -> None:
+    """``run_dir`` prepared for RECAP with oracle labels: RECAP's value model and labels of the same seed copied, the
+    indicator replaced by who recorded the episode (the expert's episodes positive, the degraded ones negative). Its
+    policy is the extraction's ceiling with perfect labels: against RECAP's, it separates what the value model's
+    labels cost from what the conditioned extraction can do."""
+    from dataclasses import replace
+
+    from robot_rl.data.labels import read_sidecar, write_sidecar
+
+    if not (recap_run / "labels").is_dir():
+        raise RuntimeError(f"recap_oracle needs RECAP's run of the same seed first ({recap_run})")
+    run_dir.mkdir(parents=True)
+    shutil.copytree(recap_run / "value", run_dir / "value")
+    labels, meta = read_sidecar(recap_run / "labels")
+    write_sidecar(replace(labels, advantage_indicator=labels.episode_index < n_expert), run_dir / "labels",
+                  {k: v for k, v in meta.items() if k in ("dataset", "settings", "summary")})
+
+
+def label_quality(labels_dir: Path, n_expert: int) -> dict[str, Any]:
+    """How well the labels tell the expert's frames (episodes 0..n_expert-1, recorded first) from the degraded ones:
+    the share of each labelled positive, the share of positives that are the expert's, and the mean advantage."""
+    from robot_rl.data.labels import read_sidecar
+
+    labels, _ = read_sidecar(labels_dir)
+    expert = labels.episode_index < n_expert
+    pos = labels.advantage_indicator.astype(bool)
+    return {"expert_frames": int(expert.sum()), "degraded_frames": int((~expert).sum()),
+            "positive_rate_expert_frames": float(pos[expert].mean()),
+            "positive_rate_degraded_frames": float(pos[~expert].mean()),
+            "expert_share_of_positives": float(pos[expert].sum() / max(pos.sum(), 1)),
+            "mean_advantage_expert": float(labels.advantage[expert].mean()),
+            "mean_advantage_degraded": float(labels.advantage[~expert].mean())}
+
+
 def heldout_voc(value_dir: Path, heldout: Path) -> dict[str, Any]:
     """VOC (and success AUC) of a value model on a held-out dataset."""
     from policies import keys
@@ -242,8 +277,9 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
     p.add_argument("--work", type=Path, default=Path("/tmp/recap_bench"))
     p.add_argument("--skip-collect", action="store_true", help="reuse the datasets in --work")
-    p.add_argument("--loop-only", action="store_true",
-                   help="only the loop, added to the recap.json already in --out (from RECAP's run in --work)")
+    p.add_argument("--extend", action="store_true",
+                   help="add to the recap.json already in --out (runs in --work): the --methods given (e.g. "
+                        "--methods recap_oracle, or '' for none) and the loop when --loop-rounds > 0")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args()
     if a.smoke:
@@ -260,11 +296,15 @@ def main() -> None:
     data: dict[str, Any] = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
                             "timing_s": {}}
     data["settings"]["expert_episodes"] = n_expert
-    if a.loop_only:
+    methods = [m for m in methods if m]
+    unknown = set(methods) - {*METHODS, "recap_oracle"}
+    if unknown:
+        p.error(f"unknown --methods {sorted(unknown)}; known: {[*METHODS, 'recap_oracle']}")
+    if a.extend:
         data = {k: v for k, v in json.loads((a.out / f"{NAME}.json").read_text()).items()
                 if k not in ("name", "date", "commit", "command", "machine", "goals")}
-        data["settings"]["loop_only_command"] = " ".join(sys.argv)
-        methods, a.skip_collect, a.video = [], True, False
+        data["settings"].setdefault("extended_by", []).append(" ".join(sys.argv))
+        a.skip_collect, a.video = True, False
     t = time.perf_counter()
     if not a.skip_collect:
         shutil.rmtree(a.work, ignore_errors=True)
@@ -275,10 +315,10 @@ def main() -> None:
                            "heldout_degraded": collect(heldout, a.heldout - max(1, round(a.expert_fraction *
                                                                                         a.heldout)),
                                                        a.degraded_quality, a.num_envs, 3, True)}
-    if not a.loop_only:
+    if not a.extend:
         data["timing_s"]["collect"] = round(time.perf_counter() - t, 1)
     value_extra = [f"algo.value.steps={a.value_steps}", f"algo.labels.max_episode_length={EPISODE_LENGTH}"]
-    if not a.loop_only:
+    if not a.extend:
         data["training"], data["eval"] = {}, {}
     eval_seed = 900_000
     from policies import load_policy
@@ -288,13 +328,15 @@ def main() -> None:
             run_dir = a.work / f"{m}_s{seed}"
             shutil.rmtree(run_dir, ignore_errors=True)
             extra = list(a.extra)
-            if m in ("awr", "recap"):
+            if m in ("awr", "recap", "recap_oracle"):
                 extra += value_extra
+            if m == "recap_oracle":
+                oracle_labels(a.work / f"recap_s{seed}", run_dir, n_expert)
             if m == "awr" and (a.work / f"recap_s{seed}" / "labels").is_dir():
                 run_dir.mkdir(parents=True)  # the same value model and labels as RECAP's run of this seed
                 for sub in ("value", "labels"):
                     shutil.copytree(a.work / f"recap_s{seed}" / sub, run_dir / sub)
-            algo = "bc" if m == "bc_expert" else m
+            algo = {"bc_expert": "bc", "recap_oracle": "recap"}.get(m, m)
             if m == "bc_expert":
                 extra.append("dataset.episodes=[" + ",".join(map(str, expert_episodes(mixed, n_expert))) + "]")
             t = time.perf_counter()
@@ -302,8 +344,8 @@ def main() -> None:
             data["timing_s"][f"train_{m}_s{seed}"] = round(time.perf_counter() - t, 1)
             data["training"][f"{m}_s{seed}"] = rec
             policy = load_policy(rec["policy"])
-            for beta in (betas if m == "recap" else [None]):
-                key = m if beta is None else f"recap_beta{beta:g}"
+            for beta in (betas if algo == "recap" else [None]):
+                key = m if beta is None else f"{m}_beta{beta:g}"
                 if beta is not None:
                     policy.cfg.guidance_beta = beta
                 t = time.perf_counter()
@@ -311,10 +353,13 @@ def main() -> None:
                 data["timing_s"][f"eval_{key}_s{seed}"] = round(time.perf_counter() - t, 1)
                 data["eval"].setdefault(key, []).append(ev)
                 print(f"seed {seed} {key}: success {ev['success_rate']:.3f}", file=sys.stderr)
-            if m == "recap":
+            if m == "recap":  # (recap_oracle's value model is recap's)
                 t = time.perf_counter()
                 data.setdefault("value_heldout", []).append(heldout_voc(run_dir / "value", heldout))
                 data["timing_s"][f"voc_s{seed}"] = round(time.perf_counter() - t, 1)
+    data["label_quality"] = {f"recap_s{seed}": label_quality(a.work / f"recap_s{seed}" / "labels",
+                                                             data["settings"]["expert_episodes"])
+                             for seed in range(a.seeds) if (a.work / f"recap_s{seed}" / "labels").is_dir()}
     data["summary"] = {k: {"success_mean": statistics.mean(e["success_rate"] for e in v),
                            "success_std": statistics.pstdev([e["success_rate"] for e in v]),
                            "failure_mean": statistics.mean(e["failure_rate"] for e in v)}
