@@ -295,8 +295,6 @@ def recap(cfg: Any) -> dict[str, Any]:
     raw = OmegaConf.to_container(cfg, resolve=True)
     cmd = typed(RecapCommand, {k: v for k, v in raw.items() if k not in ("task", "sim")}, "")
     task, task_cfg, sim_cfg = _task_and_sim(raw)
-    if cmd.init_run:
-        check_init_run(Path(cmd.init_run), Path(cmd.init_dataset))
     device = resolve_device(cmd.device)
     torch.set_num_threads(cmd.torch_threads)
     seed_everything(cmd.seed)
@@ -304,6 +302,8 @@ def recap(cfg: Any) -> dict[str, Any]:
     run.mkdir(parents=True, exist_ok=True)
     (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     state, data = _State(run / STATE_FILE), run / "data"
+    if cmd.init_run and state.done("round_0/train") is None:  # once adopted, a resume no longer needs the source
+        check_init_run(Path(cmd.init_run), Path(cmd.init_dataset))
     max_len = int(task_cfg.episode_length)
     rows = []
     for r in range(cmd.rounds + 1):
