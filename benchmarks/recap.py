@@ -56,6 +56,7 @@ NAME = "recap"
 TASK = "so101_lift"
 EPISODE_LENGTH = 150  # so101_lift's (sim.tasks.common.ArmTaskConfig.episode_length): M of the value targets
 METHODS = ("bc", "recap", "awr", "bc_expert")  # recap before awr: awr reuses its value model and labels
+KNOWN_METHODS = (*METHODS, "recap_oracle")  # recap_oracle: an ablation on demand (--methods), after recap
 SMOKE = {"episodes": 12, "heldout": 4, "steps": 20, "value_steps": 20, "seeds": 1, "eval_episodes": 4,
          "num_envs": 4, "loop_rounds": 1, "loop_episodes": 4, "betas": "1.0,2.0", "video": False}
 
@@ -297,9 +298,9 @@ def main() -> None:
                             "timing_s": {}}
     data["settings"]["expert_episodes"] = n_expert
     methods = [m for m in methods if m]
-    unknown = set(methods) - {*METHODS, "recap_oracle"}
+    unknown = set(methods) - set(KNOWN_METHODS)
     if unknown:
-        p.error(f"unknown --methods {sorted(unknown)}; known: {[*METHODS, 'recap_oracle']}")
+        p.error(f"unknown --methods {sorted(unknown)}; known: {list(KNOWN_METHODS)}")
     if a.extend:
         data = {k: v for k, v in json.loads((a.out / f"{NAME}.json").read_text()).items()
                 if k not in ("name", "date", "commit", "command", "machine", "goals")}
@@ -323,7 +324,7 @@ def main() -> None:
     eval_seed = 900_000
     from policies import load_policy
 
-    for seed in range(a.seeds if methods else 0):
+    for seed in range(a.seeds):
         for m in methods:
             run_dir = a.work / f"{m}_s{seed}"
             shutil.rmtree(run_dir, ignore_errors=True)
