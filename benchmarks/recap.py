@@ -56,7 +56,11 @@ NAME = "recap"
 TASK = "so101_lift"
 EPISODE_LENGTH = 150  # so101_lift's (sim.tasks.common.ArmTaskConfig.episode_length): M of the value targets
 METHODS = ("bc", "recap", "awr", "bc_expert")  # recap before awr: awr reuses its value model and labels
-KNOWN_METHODS = (*METHODS, "recap_oracle")  # recap_oracle: an ablation on demand (--methods), after recap
+# On demand (--methods): recap_oracle, an ablation after recap (its labels: who recorded the episode); the
+# "_balanced" variants draw positive frames at --positive-share of each batch (algo.recap.positive_share).
+# recap_balanced reuses recap's value model and labels when recap ran first (else it fits the same ones itself);
+# recap_oracle_balanced takes its value model from recap or recap_balanced.
+KNOWN_METHODS = (*METHODS, "recap_oracle", "recap_balanced", "recap_oracle_balanced")
 SMOKE = {"episodes": 12, "heldout": 4, "steps": 20, "value_steps": 20, "seeds": 1, "eval_episodes": 4,
          "num_envs": 4, "loop_rounds": 1, "loop_episodes": 4, "betas": "1.0,2.0", "video": False}
 
@@ -154,6 +158,14 @@ def oracle_labels(recap_run: Path, run_dir: Path, n_expert: int) -> None:
     labels, meta = read_sidecar(recap_run / "labels")
     write_sidecar(replace(labels, advantage_indicator=labels.episode_index < n_expert), run_dir / "labels",
                   {k: v for k, v in meta.items() if k in ("dataset", "settings", "summary")})
+
+
+def _labelled_run(work: Path, seed: int) -> Path | None:
+    """The run of ``seed`` whose value model and labels the other advantage methods reuse (recap's first)."""
+    for m in ("recap", "recap_balanced"):
+        if (work / f"{m}_s{seed}" / "labels").is_dir():
+            return work / f"{m}_s{seed}"
+    return None
 
 
 def label_quality(labels_dir: Path, n_expert: int) -> dict[str, Any]:
@@ -272,6 +284,8 @@ def main() -> None:
     p.add_argument("--loop-rounds", type=int, default=2)
     p.add_argument("--loop-episodes", type=int, default=100, help="episodes collected per loop round")
     p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--positive-share", type=float, default=0.5,
+                   help="share of each batch drawn from positive frames by the *_balanced methods")
     p.add_argument("--extra", nargs="*", default=["algo.lr_schedule=cosine", "algo.warmup_updates=200"],
                    help="overrides for every robot-rl offline run")
     p.add_argument("--video", action=argparse.BooleanOptionalAction, default=True)
@@ -306,6 +320,11 @@ def main() -> None:
                 if k not in ("name", "date", "commit", "command", "machine", "goals")}
         data["settings"].setdefault("extended_by", []).append(" ".join(sys.argv))
         a.skip_collect, a.video = True, False
+        for m in methods:  # a method run again replaces its earlier results
+            for k in [k for k in data["eval"] if k == m or k.startswith(f"{m}_beta")]:
+                del data["eval"][k]
+        if "recap" in methods:
+            data.pop("value_heldout", None)
     t = time.perf_counter()
     if not a.skip_collect:
         shutil.rmtree(a.work, ignore_errors=True)
@@ -329,15 +348,20 @@ def main() -> None:
             run_dir = a.work / f"{m}_s{seed}"
             shutil.rmtree(run_dir, ignore_errors=True)
             extra = list(a.extra)
-            if m in ("awr", "recap", "recap_oracle"):
+            algo = "bc" if m == "bc_expert" else "awr" if m == "awr" else "recap" if m.startswith("recap") else m
+            if algo in ("awr", "recap"):
                 extra += value_extra
-            if m == "recap_oracle":
-                oracle_labels(a.work / f"recap_s{seed}", run_dir, n_expert)
-            if m == "awr" and (a.work / f"recap_s{seed}" / "labels").is_dir():
+            if m.endswith("_balanced"):
+                extra.append(f"algo.recap.positive_share={a.positive_share}")
+            source = _labelled_run(a.work, seed)
+            if m.startswith("recap_oracle"):
+                if source is None:
+                    raise RuntimeError(f"{m} needs RECAP's value model of seed {seed} first (--methods recap,{m})")
+                oracle_labels(source, run_dir, n_expert)
+            elif m in ("awr", "recap_balanced") and source is not None:
                 run_dir.mkdir(parents=True)  # the same value model and labels as RECAP's run of this seed
                 for sub in ("value", "labels"):
-                    shutil.copytree(a.work / f"recap_s{seed}" / sub, run_dir / sub)
-            algo = {"bc_expert": "bc", "recap_oracle": "recap"}.get(m, m)
+                    shutil.copytree(source / sub, run_dir / sub)
             if m == "bc_expert":
                 extra.append("dataset.episodes=[" + ",".join(map(str, expert_episodes(mixed, n_expert))) + "]")
             t = time.perf_counter()
@@ -354,13 +378,14 @@ def main() -> None:
                 data["timing_s"][f"eval_{key}_s{seed}"] = round(time.perf_counter() - t, 1)
                 data["eval"].setdefault(key, []).append(ev)
                 print(f"seed {seed} {key}: success {ev['success_rate']:.3f}", file=sys.stderr)
-            if m == "recap":  # (recap_oracle's value model is recap's)
+            if m == "recap" or (m == "recap_balanced" and len(data.get("value_heldout", [])) <= seed):
                 t = time.perf_counter()
                 data.setdefault("value_heldout", []).append(heldout_voc(run_dir / "value", heldout))
                 data["timing_s"][f"voc_s{seed}"] = round(time.perf_counter() - t, 1)
-    data["label_quality"] = {f"recap_s{seed}": label_quality(a.work / f"recap_s{seed}" / "labels",
-                                                             data["settings"]["expert_episodes"])
-                             for seed in range(a.seeds) if (a.work / f"recap_s{seed}" / "labels").is_dir()}
+    data.setdefault("label_quality", {}).update({
+        f"{m}_s{seed}": label_quality(a.work / f"{m}_s{seed}" / "labels", data["settings"]["expert_episodes"])
+        for seed in range(a.seeds) for m in ("recap", "recap_balanced") if m in methods
+        and (a.work / f"{m}_s{seed}" / "labels").is_dir()})
     data["summary"] = {k: {"success_mean": statistics.mean(e["success_rate"] for e in v),
                            "success_std": statistics.pstdev([e["success_rate"] for e in v]),
                            "failure_mean": statistics.mean(e["failure_rate"] for e in v)}

@@ -12,7 +12,7 @@ import torch
 
 from policies.flow_vla import CONDITION_KEY
 from robot_rl.algos.awr import AWRConfig, awr_weights
-from robot_rl.algos.recap import ConditionedSampler
+from robot_rl.algos.recap import ConditionedSampler, RecapConfig, indicator_weights
 from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler
 from robot_rl.models.voc import average_ranks, spearman, success_auc, value_order_correlation
 from tests.test_lerobot_loader import make_dataset
@@ -48,6 +48,16 @@ def test_awr_weights_favour_high_advantages_and_interventions():
     w = awr_weights(adv, AWRConfig(max_weight=3.0), intervention=np.array([1, 0, 0, 0], bool))
     assert float(w[0]) == 3.0
     np.testing.assert_array_equal(awr_weights(np.zeros(3), AWRConfig()).numpy(), [1.0, 1.0, 1.0])
+
+
+def test_indicator_weights_draw_positives_at_the_share_asked():
+    w = indicator_weights(np.array([1, 0, 0, 0]), 0.5).numpy()
+    np.testing.assert_allclose(w, [0.5, 1 / 6, 1 / 6, 1 / 6])  # 1 positive: 0.5; 3 negatives share 0.5
+    w = indicator_weights(np.array([True, True, False, False, False]), 0.8).numpy()
+    np.testing.assert_allclose(w, [0.4, 0.4, 0.2 / 3, 0.2 / 3, 0.2 / 3])
+    np.testing.assert_allclose(indicator_weights(np.ones(4), 0.5).numpy(), [0.25] * 4)  # one class: uniform
+    with pytest.raises(ValueError, match="positive_share"):
+        RecapConfig(positive_share=1.0)
 
 
 def test_conditioned_sampler_gives_each_frame_its_own_indicator(tmp_path):

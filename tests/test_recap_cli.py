@@ -5,6 +5,7 @@ trains and evaluates."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 
 from policies import keys, load_policy
 from policies.flow_vla import CONDITION_KEY
+from robot_rl.algos.recap import indicator_weights
 from robot_rl.checkpoint import POLICY_DIR, load_checkpoint
 from robot_rl.cli.main import main
 from robot_rl.data.labels import read_sidecar
@@ -103,8 +105,19 @@ def test_awr_oversamples_through_the_sampler(dataset, tmp_path):
     assert not load_policy(ckpt.path / POLICY_DIR).cfg.conditioning
 
 
+def test_recap_can_draw_positives_at_a_share(dataset, tmp_path):
+    run = tmp_path / "recap"
+    assert _offline("recap", dataset, run, "steps=3", "algo.recap.positive_share=0.5") == 0
+    ckpt = load_checkpoint(run)
+    labels, _ = read_sidecar(run / "labels")
+    expected = indicator_weights(labels.advantage_indicator, 0.5).numpy().tobytes()
+    assert ckpt.state["sampler"]["weights"] == hashlib.sha256(expected).hexdigest()  # drawn by the indicator...
+    assert load_policy(ckpt.path / POLICY_DIR).cfg.conditioning  # ...and still conditioned on it
+
+
 @pytest.mark.parametrize("override, message", [("algo.policy.guidance_beta=0.5", "guidance_beta"),
                                                ("algo.labels.positive_fraction=1.5", "positive_fraction"),
+                                               ("algo.recap.positive_share=0", "positive_share"),
                                                ("algo.value.model.loss=mse", "loss")])
 def test_bad_settings_exit_2_before_training(dataset, tmp_path, capsys, override, message):
     code = _offline("recap", dataset, tmp_path / "run", "steps=2", override)

@@ -59,6 +59,37 @@ class ValueTrainConfig:
 
 
 @dataclass
+class RecapConfig:
+    """How RECAP's extraction draws its frames (``algo.recap.*``)."""
+
+    # Share of each batch drawn from frames with a positive indicator; None: as they come (π*0.6's recipe). With
+    # few good frames in the data, the conditional velocity v_c sees them rarely at a fixed number of gradient steps
+    # (benchmarks/recap.py: the expert's frames were 10 % of the mixed so101_lift data); 0.5 shows v_c and v_u
+    # (the negatives and the dropped indicators) equally often. The indicator is still the input: the negatives
+    # are learned as such, not thrown away as AWR's sampler nearly does.
+    positive_share: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.positive_share is not None and not 0.0 < self.positive_share < 1.0:
+            raise ValueError(f"recap positive_share must be in (0, 1) or null, got {self.positive_share}")
+
+
+def indicator_weights(indicator: np.ndarray, positive_share: float) -> torch.Tensor:
+    """Per-frame sampling weights [F] float64 under which a draw is a positive frame with probability
+    ``positive_share`` (uniform within the positives and within the negatives). Where every frame has the same
+    indicator the weights are uniform.
+
+    Example: indicator [1, 0, 0, 0], share 0.5 -> [0.5, 1/6, 1/6, 1/6].
+    """
+    pos = np.asarray(indicator).reshape(-1).astype(bool)
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        return torch.full((len(pos),), 1.0 / max(len(pos), 1), dtype=torch.float64)
+    w = np.where(pos, positive_share / n_pos, (1.0 - positive_share) / n_neg)
+    return torch.from_numpy(w.astype(np.float64))
+
+
+@dataclass
 class AdvantageConfig:
     """What RECAP and AWR share: the value model's training and the labels."""
 

@@ -78,7 +78,7 @@ def offline_algo_schemas() -> dict[str, dict[str, Any]]:
     from policies.flow_vla import FlowVLAConfig
     from robot_rl.algos.awr import AWRConfig
     from robot_rl.algos.bc import BCConfig
-    from robot_rl.algos.recap import ValueTrainConfig
+    from robot_rl.algos.recap import RecapConfig, ValueTrainConfig
     from robot_rl.cli.schemas import defaults_of
     from robot_rl.data.labels import LabelConfig
     from robot_rl.models.value import ValueConfig
@@ -89,7 +89,8 @@ def offline_algo_schemas() -> dict[str, dict[str, Any]]:
                   "labels": defaults_of(LabelConfig)}
     recap_policy = defaults_of(FlowVLAConfig, (*DATA_SIZED, "conditioning"))  # RECAP turns conditioning on
     return {"bc": {"name": "bc", **bc},
-            "recap": {"name": "recap", **bc, "policy": recap_policy, **advantages},
+            "recap": {"name": "recap", **bc, "policy": recap_policy, **advantages,
+                      "recap": defaults_of(RecapConfig)},
             "awr": {"name": "awr", **bc, **advantages, "awr": defaults_of(AWRConfig)}}
 
 
@@ -169,11 +170,12 @@ def build_offline(cfg: Any) -> OfflineTraining:
     torch.set_num_threads(s.torch_threads)
     ckpt = load_checkpoint(s.resume) if s.resume else None
     policy_raw = algo_raw.pop("policy", {})
-    adv_cfg, awr_cfg = None, None
+    adv_cfg, awr_cfg, recap_cfg = None, None, None
     if algo_name in ("recap", "awr"):  # settings and the outcome column checked before anything is decoded
         from robot_rl.algos.awr import AWRConfig
         from robot_rl.algos.recap import (
             AdvantageConfig,
+            RecapConfig,
             check_outcome_columns,
             outcome_columns,
             recap_policy_overrides,
@@ -184,6 +186,7 @@ def build_offline(cfg: Any) -> OfflineTraining:
         if algo_name == "awr":
             awr_cfg = typed(AWRConfig, algo_raw.pop("awr"), "algo.awr")
         else:
+            recap_cfg = typed(RecapConfig, algo_raw.pop("recap"), "algo.recap")
             policy_raw = recap_policy_overrides(policy_raw)
         data_meta = read_meta(data_raw["root"])
         check_outcome_columns(data_meta)
@@ -207,7 +210,8 @@ def build_offline(cfg: Any) -> OfflineTraining:
     meta = {"algo": algo_name, "policy_type": policy.type_name, "dataset_root": str(data_raw["root"]),
             "config": full}
     if adv_cfg is not None:
-        sampler, meta["labels"] = _advantage_sampler(algo_name, sampler, adv_cfg, awr_cfg, run_dir, device)
+        sampler, meta["labels"] = _advantage_sampler(algo_name, sampler, adv_cfg, awr_cfg, recap_cfg, run_dir,
+                                                    device)
     algo = BC(policy, bc_cfg, device)
     runner_cfg = OfflineRunnerConfig(total_updates=s.steps, max_minutes=s.max_minutes,
                                      updates_per_iteration=s.updates_per_iteration,
@@ -224,12 +228,13 @@ def build_offline(cfg: Any) -> OfflineTraining:
     return OfflineTraining(full, s, sampler, algo, runner, logger, run_dir)
 
 
-def _advantage_sampler(algo_name: str, sampler: Any, adv_cfg: Any, awr_cfg: Any, run_dir: Path,
+def _advantage_sampler(algo_name: str, sampler: Any, adv_cfg: Any, awr_cfg: Any, recap_cfg: Any, run_dir: Path,
                        device: torch.device) -> tuple[Any, dict[str, Any]]:
     """RECAP's and AWR's first stages (value model, labels, both reused on resume) and the sampler the policy then
-    trains on: batches with the indicator (recap) or drawn by advantage weights (awr). Returns it and a summary."""
+    trains on: batches with the indicator (recap; positives drawn at ``algo.recap.positive_share`` when set) or
+    drawn by advantage weights (awr). Returns it and a summary."""
     from robot_rl.algos.awr import weights_from_labels
-    from robot_rl.algos.recap import ConditionedSampler, prepare_advantages
+    from robot_rl.algos.recap import ConditionedSampler, indicator_weights, prepare_advantages
 
     def log(step: int, scalars: dict[str, float]) -> None:
         if step % 500 == 0 or step == adv_cfg.value.steps:
@@ -240,6 +245,8 @@ def _advantage_sampler(algo_name: str, sampler: Any, adv_cfg: Any, awr_cfg: Any,
     summary = {**summary, "positive_fraction": labels.positive_fraction,
                "thresholds": {str(k): v for k, v in labels.thresholds.items()}}
     if algo_name == "recap":
+        if recap_cfg.positive_share is not None:
+            sampler.set_weights(indicator_weights(labels.advantage_indicator, recap_cfg.positive_share))
         return ConditionedSampler(sampler, labels.advantage_indicator), summary
     sampler.set_weights(weights_from_labels(labels, awr_cfg))
     return sampler, summary
