@@ -186,7 +186,8 @@ def test_the_improvement_loop_runs_records_interventions_and_resumes(tmp_path, c
     args = ["recap", "task=so101_lift", "rounds=1", f"run_dir={run}", f"init_dataset={source}",
             "episodes_per_round=2", "task.episode_length=30", "task.image_width=32", "task.image_height=32",
             "sim.num_envs=2", "steps=3", "eval_episodes=2", "eval_envs=2", "intervene_after=2",
-            "intervene_below=0.0", "intervene_patience=1", "offline=[" + ",".join(f"'{o}'" for o in offline) + "]"]
+            "intervene_below=0.0", "intervene_patience=1", "warm_start=true",
+            "offline=[" + ",".join(f"'{o}'" for o in offline) + "]"]
     assert main(args) == 0, capsys.readouterr().err
     assert tree_hash(source) == before
     results = json.loads((run / "results.json").read_text())["rounds"]
@@ -199,6 +200,8 @@ def test_the_improvement_loop_runs_records_interventions_and_resumes(tmp_path, c
     cols = read_frames(meta, np.array([2, 3]), [keys.INTERVENTION_COL]).columns
     inter = cols[keys.INTERVENTION_COL].reshape(-1).astype(bool)
     assert inter.any() and not inter.all()  # the policy acted first, then the expert took over
+    round0 = load_checkpoint(run / "round_000" / "train")
+    assert load_checkpoint(run / "round_001" / "train").meta["init_policy"] == str(round0.path / POLICY_DIR)
     labels, _ = read_sidecar(run / "round_001" / "train" / "labels")
     assert labels.advantage_indicator[labels.intervention].all() and labels.intervention.any()
     # lose the last stage: the rerun evaluates again and collects nothing more
@@ -210,6 +213,26 @@ def test_the_improvement_loop_runs_records_interventions_and_resumes(tmp_path, c
     err = capsys.readouterr().err
     assert "collected" not in err and "round 1: success" in err
     assert int(read_meta(run / "data").info["total_episodes"]) == 4
+
+
+def test_init_policy_starts_from_another_runs_weights_and_refuses_a_misfit(dataset, tmp_path, capsys):
+    from robot_rl.cli.build import compose
+    from robot_rl.cli.offline import build_offline
+
+    first = tmp_path / "first"
+    assert _offline("bc", dataset, first, "steps=2") == 0
+    source = load_policy(load_checkpoint(first).path / POLICY_DIR)
+    built = build_offline(compose("offline", ["algo=bc", f"dataset.root={dataset}", f"run_dir={tmp_path / 'next'}",
+                                              *TINY, "steps=2", f"init_policy={first}"]))
+    fresh = build_offline(compose("offline", ["algo=bc", f"dataset.root={dataset}", f"run_dir={tmp_path / 'new'}",
+                                              *TINY, "steps=2"]))
+    for name, w in source.model.state_dict().items():
+        torch.testing.assert_close(built.algo.policy.model.state_dict()[name], w)
+    assert any(not torch.equal(fresh.algo.policy.model.state_dict()[n], w)
+               for n, w in source.model.state_dict().items())  # not what a fresh start draws
+    code = _offline("bc", dataset, tmp_path / "misfit", "steps=2", f"init_policy={first}",
+                    "algo.policy.hidden_dim=16")
+    assert code == 2 and "does not fit" in capsys.readouterr().err
 
 
 def test_configs_hold_the_dataclass_defaults():

@@ -39,6 +39,10 @@ class OfflineSettings:
     device: str = "cpu"  # cpu | cuda | cuda:<i> | auto
     run_dir: str | None = None  # default: runs/offline_<algo>_<YYYYmmdd_HHMMSS>; on resume: the checkpoint's run
     resume: str | None = None  # a run or checkpoint folder to continue from, exactly
+    # An exported policy (or a run / checkpoint folder) whose network weights start this training: fine-tuning, e.g.
+    # the RECAP loop's next round from the last one. Its architecture must match; the normalisation statistics are
+    # this dataset's; the optimizer and the schedule start afresh. Ignored on resume (the checkpoint holds weights).
+    init_policy: str | None = None
     steps: int | None = 20_000  # gradient steps (None: only max_minutes)
     max_minutes: float | None = None  # wall-clock limit of the training (summed over resumes)
     updates_per_iteration: int = 100  # gradient steps between log points
@@ -136,6 +140,31 @@ def build_policy(policy_raw: dict[str, Any], sampler: Any) -> Any:
                                     action_names=sampler.names[keys.ACTION_COL])
 
 
+def init_weights(policy: Any, path: str) -> None:
+    """Copy the network weights of the policy exported at ``path`` (or a run / checkpoint folder's latest export)
+    into ``policy``; its processor (this dataset's statistics) stays.
+
+    Raises:
+        ValueError: the policy there is of another type or its weights do not fit (names or shapes).
+    """
+    from policies.persistence import PROCESSOR_PREFIX
+    from robot_rl.cli.deploy import load_any_policy
+
+    source = load_any_policy(path, "cpu")
+    if type(source) is not type(policy):
+        raise ValueError(f"bad config: init_policy={path} is a {source.type_name!r} policy, this run trains a "
+                         f"{policy.type_name!r} one")
+    ours = {k: v for k, v in policy.state_dict().items() if not k.startswith(PROCESSOR_PREFIX)}
+    theirs = {k: v for k, v in source.state_dict().items() if not k.startswith(PROCESSOR_PREFIX)}
+    misfit = sorted(k for k in ours.keys() | theirs.keys()
+                    if k not in ours or k not in theirs or ours[k].shape != theirs[k].shape)
+    if misfit:
+        raise ValueError(f"bad config: init_policy={path} does not fit this run's policy ({len(misfit)} weights "
+                         f"differ in name or shape, e.g. {misfit[:3]}); it must have the same config and the "
+                         f"dataset the same cameras, sizes and tasks")
+    policy.load_state_dict({**policy.state_dict(), **theirs})
+
+
 def build_offline(cfg: Any) -> OfflineTraining:
     """Build (and, with ``resume=``, restore) a ``robot-rl offline`` run from its composed config."""
     from omegaconf import OmegaConf
@@ -195,6 +224,8 @@ def build_offline(cfg: Any) -> OfflineTraining:
     horizon = int(policy_raw.get("horizon", FlowVLAConfig.horizon))  # the chunks the policy learns to predict
     sampler = ChunkSampler(typed(ChunkDatasetConfig, {**data_raw, "horizon": horizon, "history": 1}, "dataset"))
     policy = build_policy(policy_raw, sampler)
+    if s.init_policy and ckpt is None:
+        init_weights(policy, s.init_policy)
     bc_cfg = typed(BCConfig, {**algo_raw, "total_updates": s.steps}, "algo")
     if ckpt is not None:
         run_dir = Path(s.run_dir) if s.run_dir else ckpt.path.parent.parent
@@ -208,7 +239,7 @@ def build_offline(cfg: Any) -> OfflineTraining:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     meta = {"algo": algo_name, "policy_type": policy.type_name, "dataset_root": str(data_raw["root"]),
-            "config": full}
+            "config": full, "init_policy": s.init_policy}
     if adv_cfg is not None:
         sampler, meta["labels"] = _advantage_sampler(algo_name, sampler, adv_cfg, awr_cfg, recap_cfg, run_dir,
                                                     device)

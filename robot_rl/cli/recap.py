@@ -15,8 +15,9 @@ further round:
    ``intervene_after`` steps of the episode) the scripted expert, playing the human, takes over for the rest of that
    episode (recorded with ``actor=human``, so ``intervention=True``: RECAP labels those frames positive);
 2. **append** them to the run's dataset (``<run>/data``);
-3. **retrain** the value model, **relabel**, **retrain** the policy (``robot-rl offline algo=recap``, from scratch
-   on all the data, ``steps`` gradient steps; ``offline=[...]`` adds overrides such as ``algo.value.steps=500``);
+3. **retrain** the value model, **relabel**, **retrain** the policy (``robot-rl offline algo=recap`` on all the
+   data, ``steps`` gradient steps, from scratch or, with ``warm_start=true``, from the previous round's policy;
+   ``offline=[...]`` adds overrides such as ``algo.value.steps=500``);
 4. **evaluate** the exported policy: ``eval_episodes`` seeded episodes, no interventions.
 
 Per round: success rate, failure rate (episodes ending without success) and throughput (successes per hour of robot
@@ -58,6 +59,9 @@ class RecapCommand:
     episodes_per_round: int = 50  # episodes collected by the policy (+ interventions) per round
     steps: int = 2000  # policy gradient steps per round
     offline: list[str] = field(default_factory=list)  # extra overrides of each round's robot-rl offline algo=recap
+    # Each round's policy training starts from the previous round's policy (fine-tuning: init_policy) instead of
+    # from scratch; the value model is always refitted.
+    warm_start: bool = False
     interventions: bool = True  # the scripted expert takes over where the value model says the episode goes wrong
     intervene_below: float = -0.8  # value threshold (value units: -1 is a predicted failure)
     intervene_after: int = 10  # control steps into an episode before the value may trigger a take-over
@@ -160,16 +164,17 @@ def collect_round(cmd: RecapCommand, task: str, task_cfg: Any, sim_cfg: Any, dat
     return out
 
 
-def train_round(cmd: RecapCommand, data: Path, run: Path, max_len: int) -> Path:
-    """``robot-rl offline algo=recap`` on the data (resumed from its last checkpoint when one exists); returns the
-    run folder."""
+def train_round(cmd: RecapCommand, data: Path, run: Path, max_len: int, init: Path | None = None) -> Path:
+    """``robot-rl offline algo=recap`` on the data (resumed from its last checkpoint when one exists), its policy
+    starting from the weights of the run ``init`` when given; returns the run folder."""
     from robot_rl.checkpoint import CHECKPOINTS_DIR
     from robot_rl.cli.build import compose
     from robot_rl.cli.offline import offline
 
     overrides = ["algo=recap", f"dataset.root={data}", f"run_dir={run}", f"steps={cmd.steps}", f"seed={cmd.seed}",
                  f"device={cmd.device}", f"torch_threads={cmd.torch_threads}",
-                 f"algo.labels.max_episode_length={max_len}", *cmd.offline]
+                 f"algo.labels.max_episode_length={max_len}", *cmd.offline,
+                 *([f"init_policy={_exported(init)}"] if init is not None else [])]
     ckpts = run / CHECKPOINTS_DIR
     if ckpts.is_dir() and any(p.name.startswith("iter_") for p in ckpts.iterdir()):
         overrides.append(f"resume={run}")
@@ -338,7 +343,8 @@ def recap(cfg: Any) -> dict[str, Any]:
                 shutil.copytree(cmd.init_run, rdir / "train")  # the source run is only read
                 result = {"seconds": 0.0, "adopted": str(cmd.init_run)}
             else:
-                train_round(cmd, data, rdir / "train", max_len)
+                init = run / f"round_{r - 1:03d}" / "train" if cmd.warm_start and r > 0 else None
+                train_round(cmd, data, rdir / "train", max_len, init)
                 result = {"seconds": round(time.perf_counter() - start, 1)}
             state.finish(stage, result)
         stage = f"round_{r}/eval"
