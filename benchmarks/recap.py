@@ -239,22 +239,35 @@ def run_loop(root: Path, run_dir: Path, rounds: int, episodes: int, steps: int, 
 
 
 # ------------------------------------------------------------------------------------------------------ plot
+def _family(key: str) -> str | None:
+    """The method of an eval key (``recap_oracle_balanced_beta2.5`` -> ``recap_oracle_balanced``; bc_expert -> bc)."""
+    base = key.split("_beta")[0]
+    base = "bc" if base == "bc_expert" else base
+    return base if base in ("bc", "awr", "recap", "recap_balanced", "recap_oracle", "recap_oracle_balanced") else None
+
+
 def plot(data: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4))
     names = list(data["summary"])
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, max(4.0, 0.32 * len(names) + 1.5)),
+                                 gridspec_kw={"width_ratios": [1.4, 1]})
     means = [data["summary"][m]["success_mean"] for m in names]
     errs = [data["summary"][m]["success_std"] for m in names]
-    ax.bar(range(len(names)), means, yerr=errs, capsize=4)
-    ax.set_xticks(range(len(names)))
-    ax.set_xticklabels(names, rotation=20)
-    ax.set_ylabel(f"success rate ({data['settings']['eval_episodes']} episodes x {data['settings']['seeds']} seeds)")
-    ax.set_ylim(0, 1.05)
-    ax.grid(axis="y", alpha=0.3)
+    colors = [f"C{['bc', 'awr', 'recap', 'recap_balanced', 'recap_oracle', 'recap_oracle_balanced'].index(_family(m))}"
+              if _family(m) else "C7" for m in names]
+    ax.barh(range(len(names)), means, xerr=errs, capsize=3, color=colors)
+    for i, m in enumerate(means):
+        ax.text(m + 0.01, i, f"{m:.2f}", va="center", fontsize=8)
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"success rate ({data['settings']['eval_episodes']} episodes x {data['settings']['seeds']} seeds)")
+    ax.set_xlim(0, 1.08)
+    ax.grid(axis="x", alpha=0.3)
     ax.set_title("so101_lift, mixed-quality data, equal gradient steps")
     loop = data.get("loop", {}).get("rounds", [])
     if loop:
