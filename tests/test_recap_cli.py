@@ -163,7 +163,8 @@ def test_end_to_end_on_a_collected_dataset(tmp_path, capsys):
     # a run on another dataset, or of another algorithm, is refused before anything is copied
     bc_run = tmp_path / "bc"
     assert _offline("bc", data, bc_run, "steps=2") == 0
-    for bad, message in ((f"init_dataset={tmp_path / 'eval'}", "was trained on"), (f"init_run={bc_run}", "algo=bc run")):
+    for bad, message in ((f"init_dataset={tmp_path / 'eval'}", "was trained on"), (f"init_run={bc_run}", "algo=bc run"),
+                         ("guidance_beta=0.5", "guidance_beta must be >= 1")):
         capsys.readouterr()
         key = bad.split("=")[0]
         assert main([*(a for a in args if not a.startswith(key + "=")), bad, f"run_dir={tmp_path / 'refused'}"]) == 2
@@ -186,7 +187,7 @@ def test_the_improvement_loop_runs_records_interventions_and_resumes(tmp_path, c
     args = ["recap", "task=so101_lift", "rounds=1", f"run_dir={run}", f"init_dataset={source}",
             "episodes_per_round=2", "task.episode_length=30", "task.image_width=32", "task.image_height=32",
             "sim.num_envs=2", "steps=3", "eval_episodes=2", "eval_envs=2", "intervene_after=2",
-            "intervene_below=0.0", "intervene_patience=1", "warm_start=true",
+            "intervene_below=0.0", "intervene_patience=1", "warm_start=true", "guidance_beta=2.0",
             "offline=[" + ",".join(f"'{o}'" for o in offline) + "]"]
     assert main(args) == 0, capsys.readouterr().err
     assert tree_hash(source) == before

@@ -62,6 +62,8 @@ class RecapCommand:
     # Each round's policy training starts from the previous round's policy (fine-tuning: init_policy) instead of
     # from scratch; the value model is always refitted.
     warm_start: bool = False
+    # CFG β the loop's policies sample with, in collection and evaluation (None: each exported policy's own)
+    guidance_beta: float | None = None
     interventions: bool = True  # the scripted expert takes over where the value model says the episode goes wrong
     intervene_below: float = -0.8  # value threshold (value units: -1 is a predicted failure)
     intervene_after: int = 10  # control steps into an episode before the value may trigger a take-over
@@ -82,6 +84,9 @@ class RecapCommand:
             raise ValueError(f"initial_quality must lie in [0, 1], got {self.initial_quality}")
         if self.eval_episodes < 1 or self.eval_envs < 1 or self.intervene_patience < 1 or self.intervene_after < 0:
             raise ValueError("eval_episodes, eval_envs and intervene_patience must be >= 1, intervene_after >= 0")
+        if self.guidance_beta is not None and self.guidance_beta < 1.0:
+            raise ValueError(f"guidance_beta must be >= 1 (RECAP samples toward the positive indicator), got "
+                             f"{self.guidance_beta}")
         if self.init_run is not None and self.init_dataset is None:
             raise ValueError("init_run needs init_dataset: the dataset that run was trained on")
 
@@ -288,6 +293,13 @@ def _exported(run: Path) -> Path:
     return folder / POLICY_DIR
 
 
+def _with_beta(policy: Any, beta: float | None) -> Any:
+    """``policy`` sampling with CFG β = ``beta`` (a conditioned flow VLA; unchanged when ``beta`` is None)."""
+    if beta is not None and getattr(policy.cfg, "conditioning", False):
+        policy.cfg.guidance_beta = float(beta)
+    return policy
+
+
 def recap(cfg: Any) -> dict[str, Any]:
     """``robot-rl recap``: run (or resume) the loop; returns the per-round results."""
     from omegaconf import OmegaConf
@@ -327,7 +339,7 @@ def recap(cfg: Any) -> dict[str, Any]:
                 policy = value = None
                 if r > 0:
                     prev = run / f"round_{r - 1:03d}" / "train"
-                    policy = load_policy(_exported(prev), device).eval()
+                    policy = _with_beta(load_policy(_exported(prev), device).eval(), cmd.guidance_beta)
                     value, _ = load_value_model(prev / VALUE_DIR, device)
                 timing = collect_round(cmd, task, task_cfg, sim_cfg, data, left, seed, policy, value,
                                        cmd.initial_quality) if left > 0 else {}
@@ -349,7 +361,7 @@ def recap(cfg: Any) -> dict[str, Any]:
             state.finish(stage, result)
         stage = f"round_{r}/eval"
         if state.done(stage) is None:
-            policy = load_policy(_exported(rdir / "train"), device)
+            policy = _with_beta(load_policy(_exported(rdir / "train"), device), cmd.guidance_beta)
             state.finish(stage, evaluate_round(cmd, task, task_cfg, sim_cfg, policy))
         rows.append(_row(r, state, rdir))
         print(f"recap round {r}: success {rows[-1]['success_rate']:.3f}, throughput "
