@@ -207,16 +207,16 @@ def heldout_voc(value_dir: Path, heldout: Path) -> dict[str, Any]:
             "per_episode": {str(k): round(v, 4) for k, v in per.items()}}
 
 
-def videos(policies: dict[str, Any], out_dir: Path, seed: int) -> dict[str, str | None]:
+def videos(policies: dict[str, Any], out_dir: Path, seed: int, name: str = NAME) -> dict[str, str | None]:
     from robot_rl.cli.build import policy_view
     from robot_rl.evaluation import record_video
 
     out = {}
-    for name, policy in policies.items():
+    for method, policy in policies.items():
         with _env(1, seed) as env:
-            path = record_video(policy_view(env, policy), policy, out_dir / f"{NAME}_{name}.mp4", seed, 3, "front",
+            path = record_video(policy_view(env, policy), policy, out_dir / f"{name}_{method}.mp4", seed, 3, "front",
                                 160, 120)
-        out[name] = None if path is None else str(path)
+        out[method] = None if path is None else str(path)
     return out
 
 
@@ -315,6 +315,7 @@ def main() -> None:
                    help="add to the recap.json already in --out (runs in --work): the --methods given (e.g. "
                         "--methods recap_oracle, or '' for none) and the loop when --loop-rounds > 0")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--name", default=NAME, help="file names of the results: NAME.json, NAME.png, NAME_<method>.mp4")
     a = p.parse_args()
     if a.smoke:
         for k, v in SMOKE.items():
@@ -335,7 +336,7 @@ def main() -> None:
     if unknown:
         p.error(f"unknown --methods {sorted(unknown)}; known: {list(KNOWN_METHODS)}")
     if a.extend:
-        data = {k: v for k, v in json.loads((a.out / f"{NAME}.json").read_text()).items()
+        data = {k: v for k, v in json.loads((a.out / f"{a.name}.json").read_text()).items()
                 if k not in ("name", "date", "commit", "command", "machine", "goals")}
         data["settings"].setdefault("extended_by", []).append(" ".join(sys.argv))
         a.skip_collect, a.video = True, False
@@ -412,9 +413,14 @@ def main() -> None:
                            "success_std": statistics.pstdev([e["success_rate"] for e in v]),
                            "failure_mean": statistics.mean(e["failure_rate"] for e in v)}
                        for k, v in data["eval"].items()}
-    if a.video and "bc" in methods and "recap" in methods:
-        pols = {m: load_policy(data["training"][f"{m}_s0"]["policy"]) for m in ("bc", "recap")}
-        data["videos"] = videos(pols, a.out, eval_seed)
+    shown = "recap_balanced" if "recap_balanced" in methods else "recap"  # BC beside RECAP at its best β
+    if a.video and "bc" in methods and shown in methods:
+        pols = {m: load_policy(data["training"][f"{m}_s0"]["policy"]) for m in ("bc", shown)}
+        best = max((k for k in data["summary"] if k.startswith(f"{shown}_beta")),
+                   key=lambda k: data["summary"][k]["success_mean"])
+        pols[shown].cfg.guidance_beta = float(best.split("_beta")[1])
+        data["videos"] = videos(pols, a.out, eval_seed, a.name)
+        data["videos_beta"] = pols[shown].cfg.guidance_beta
     if a.loop_rounds > 0:
         t = time.perf_counter()
         shutil.rmtree(a.work / "loop", ignore_errors=True)  # robot-rl recap would resume an earlier loop there
@@ -429,8 +435,8 @@ def main() -> None:
         data["loop"]["method"], data["loop"]["beta"] = a.loop_method, a.loop_beta
         data["timing_s"]["loop"] = round(time.perf_counter() - t, 1)
     goals = _goals(data, betas)
-    path = write_result(NAME, data, goals, a.out)
-    plot(data, a.out / f"{NAME}.png")
+    path = write_result(a.name, data, goals, a.out)
+    plot(data, a.out / f"{a.name}.png")
     print(f"wrote {path}; seconds per stage: {json.dumps(data['timing_s'])}", file=sys.stderr)
     for g in goals:
         print(f"  {g['name']}: {g['value']} ({g['direction']} {g['target']}: {'met' if g['met'] else 'NOT met'})",
