@@ -7,27 +7,40 @@
    mixed episodes scores the value model.
 2. **Training**, per seed, each ``robot-rl offline`` run in its own process for ``--steps`` policy gradient steps:
    ``bc`` (all data), ``awr`` and ``recap`` (the same value model and labels: RECAP's run fits them and AWR's run
-   reuses them), and ``bc_expert`` (BC on the expert episodes alone: what the good data teaches).
+   reuses them), ``recap_balanced`` (RECAP drawing ``--positive-share`` of each batch from positive frames), and
+   ``bc_expert`` (BC on the expert episodes alone: what the good data teaches); on demand the ablations
+   ``recap_oracle`` / ``recap_oracle_balanced`` (the indicator set to "the expert recorded this episode").
 3. **Evaluation**: ``--eval-episodes`` seeded episodes per policy (the same seeds for every method; other seeds than
    the data's), success and failure rates; RECAP at each ``--betas`` (CFG β is a sampling setting of one trained
-   policy). VOC of RECAP's value model on the held-out successful episodes. A video of BC and of RECAP on the same
-   seeds.
+   policy). VOC of each learned value model on the held-out successful episodes. A video of BC and of RECAP on the
+   same seeds.
 4. **Loop**: ``robot-rl recap`` from the mixed dataset for ``--loop-rounds`` rounds (policy collection with the
-   expert intervening where the value model says the episode goes wrong, retraining, evaluation).
+   expert intervening where the value model says the episode goes wrong, retraining, evaluation), round 0 being
+   ``--loop-method``'s run; ``--loop-beta``, ``--loop-warm-start`` as ``robot-rl recap``'s guidance_beta, warm_start.
 
     python benchmarks/recap.py                  # the full run (sized to issue 15: hours on 2 CPU cores)
     python benchmarks/recap.py --smoke --out /tmp/recap_smoke   # minutes: proves every stage end to end
+    # the committed recap.json (degraded episodes with every flaw), built up in steps:
     python benchmarks/recap.py --seeds 1 --steps 3000 --value-steps 1500 --loop-rounds 0 --out /tmp/recap_out
+    python benchmarks/recap.py --extend --methods recap_oracle --seeds 1 --steps 3000 --value-steps 1500 \
+        --loop-rounds 0 --out /tmp/recap_out
+    python benchmarks/recap.py --extend --methods recap_balanced,recap_oracle_balanced --seeds 1 --steps 3000 \
+        --value-steps 1500 --loop-rounds 0 --out /tmp/recap_out
     python benchmarks/recap.py --extend --methods '' --seeds 1 --steps 3000 --value-steps 1500 --loop-rounds 2 \
-        --loop-episodes 60 --out /tmp/recap_out     # the committed run: its loop added afterwards
+        --loop-episodes 60 --loop-method recap_balanced --loop-beta 2.5 --loop-warm-start --out /tmp/recap_out
+    # the committed recap_q05.json (each flaw of a degraded episode on with probability 0.5), in one go:
+    python benchmarks/recap.py --degraded-quality 0.5 --methods bc,recap,recap_balanced,awr,bc_expert --seeds 1 \
+        --steps 3000 --value-steps 1500 --loop-rounds 2 --loop-episodes 60 --loop-method recap_balanced \
+        --loop-beta 2.5 --loop-warm-start --work /tmp/recap_q05 --name recap_q05 --out /tmp/recap_q05_out
 
-Measured (the committed run, 1 seed, 2 cores, nothing else heavy beside it): collecting 300 + 50 episodes 15 min
-(degraded episodes 3.1 s each, expert 1.2 s); per 3000-step run 11-14 min (a policy step ~0.16-0.19 s, a value step
-0.18 s: RECAP's 1500 value steps 4.4 min + labelling 37 s); 100 evaluation episodes 35-55 s; the loop ~19 min per
-round with 60 episodes. ``--smoke`` (tiny sizes) proves every stage in ~20 min.
+Measured (1 seed, 2 cores, nothing else heavy beside it; a quiet machine): collecting 300 + 50 episodes 6.5 min
+(degraded episodes 1.4 s each, expert 0.5 s); per 3000-step run 4-8 min (a policy step ~0.08 s, a value step
+0.12 s: RECAP's 1500 value steps 3 min + labelling 20 s); 100 evaluation episodes 16-25 s; the loop ~9 min per round
+with 60 episodes. (An earlier session's machine ran the same work 2-2.5x slower.) ``--smoke`` (tiny sizes) proves
+every stage in ~20 min.
 
-Writes ``recap.json`` + ``recap.png`` (+ ``recap_bc.mp4``, ``recap_recap.mp4``) into ``--out``; the JSON holds the
-seconds each stage took, to size a real run.
+Writes ``NAME.json`` + ``NAME.png`` (+ ``NAME_bc.mp4``, ``NAME_<recap variant>.mp4``; ``--name``, default recap) into
+``--out``; the JSON holds the seconds each stage took, to size a real run.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
     robot-rl recap task=so101_lift rounds=2 [run_dir=DIR] [init_dataset=DIR] [episodes_per_round=50] [steps=2000]
     robot-rl recap ... init_dataset=DIR init_run=RUN    (round 0 = an existing robot-rl offline algo=recap run on DIR)
-    robot-rl recap ... "offline=['algo.value.steps=500','algo.policy.guidance_beta=1.5']"   (Hydra: quote each item)
+    robot-rl recap ... "offline=['algo.value.steps=500','algo.recap.positive_share=0.5']"   (Hydra: quote each item)
+    robot-rl recap ... warm_start=true guidance_beta=2.5   (fine-tune round to round; sample at CFG β 2.5)
 
 Round 0 starts from data: a copy of ``init_dataset`` (the source is only read), or ``initial_episodes`` of the
 scripted expert at ``initial_quality``; it trains with ``robot-rl offline algo=recap`` (value model, labels, the
