@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +94,23 @@ def test_recap_trains_a_conditioned_policy_that_carries_beta_and_leaves_the_data
     assert "reusing the labels" in capsys.readouterr().err
     assert load_checkpoint(run).meta["updates"] == 9
     assert tree_hash(dataset) == before
+
+
+def test_relabelling_with_another_n_step_reuses_the_value_model(dataset, tmp_path, capsys):
+    first = tmp_path / "n3"
+    assert _offline("recap", dataset, first, "steps=1") == 0
+    second = tmp_path / "n1"
+    second.mkdir()
+    shutil.copytree(first / "value", second / "value")
+    capsys.readouterr()
+    tiny = [o for o in TINY_VALUE if not o.startswith("algo.labels.n_step=")]
+    assert main(["offline", "algo=recap", f"dataset.root={dataset}", f"run_dir={second}", *TINY, *tiny,
+                 "algo.labels.n_step=1", "steps=1"]) == 0
+    assert "reusing the value model" in capsys.readouterr().err  # N changes the labels, not the value targets
+    (a, meta_a), (b, meta_b) = read_sidecar(first / "labels"), read_sidecar(second / "labels")
+    assert meta_a["settings"]["labels"]["n_step"] == 3 and meta_b["settings"]["labels"]["n_step"] == 1
+    np.testing.assert_array_equal(a.value, b.value)  # the same model's values
+    assert not np.allclose(a.advantage, b.advantage)
 
 
 def test_awr_oversamples_through_the_sampler(dataset, tmp_path):

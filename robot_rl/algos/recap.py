@@ -221,9 +221,12 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
                        log: Callable[[int, dict[str, float]], None] | None = None) -> tuple[Labels, dict[str, Any]]:
     """Fit the value model on every frame of ``sampler``, label them, and write ``<run_dir>/value`` and the sidecar
     ``<run_dir>/labels``. Either is reused when it exists for the same data (fingerprint) and settings, so a resumed
-    run skips the stages it finished. Returns the labels and a summary (timings, VOC, success AUC)."""
+    run skips the stages it finished; the value model only needs the same value settings and targets (M, C), so a
+    relabelling (another N or positive fraction) reuses it. Returns the labels and a summary (timings, VOC, AUC)."""
     fingerprint = sampler.fingerprint()
     settings = {"value": asdict(cfg.value), "labels": asdict(cfg.labels)}
+    value_settings = {"value": asdict(cfg.value), "targets": {"max_episode_length": cfg.labels.max_episode_length,
+                                                              "fail_penalty": cfg.labels.fail_penalty}}
     summary: dict[str, Any] = {}
     success_col = keys.SUCCESS_COL
     inter_col = keys.INTERVENTION_COL if keys.INTERVENTION_COL in sampler.extras else None
@@ -238,7 +241,7 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
     model = None
     if (value_dir / "manifest.json").is_file():
         model, meta = load_value_model(value_dir, device)
-        if meta.get("dataset") != fingerprint or meta.get("settings") != settings:
+        if meta.get("dataset") != fingerprint or meta.get("settings") != value_settings:
             model = None
         else:
             print(f"recap: reusing the value model in {value_dir}", file=sys.stderr)
@@ -249,7 +252,7 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
         final = learner.fit(sampler, torch.from_numpy(targets), log)
         summary["value_train_s"] = round(time.perf_counter() - start, 2)
         summary["value_final"] = final
-        save_value_model(model, value_dir, {"dataset": fingerprint, "settings": settings,
+        save_value_model(model, value_dir, {"dataset": fingerprint, "settings": value_settings,
                                             "max_episode_length": max_len})
     start = time.perf_counter()
     values = predict_values(model, sampler, cfg.value.eval_batch_size)
