@@ -16,7 +16,9 @@ Two parts, run separately (``--part``), each merged into ``benchmarks/results/de
   30 Hz (``ControlClock``, sleeping) on ``so101_sim`` with a state policy (the reach PPO policy of the transfer part,
   or an untrained one of the same size) and with the flow VLA on the CPU (``--vla`` a trained export, default an
   untrained ``FlowVLAConfig()`` of the default size at 64x64 with two cameras: the same compute). Tick work p50 / p99
-  (ms) and missed deadlines (count) over ``--ticks`` ticks each; the load average and core count are recorded.
+  (ms) and missed deadlines (count) over ``--ticks`` ticks each; the load average and core count are recorded. The
+  VLA runs twice: its chunk computed inside the tick that needs it (``flow_vla``) and in a background thread
+  ``--lookahead`` ticks ahead (``flow_vla_async``: ``robot-rl deploy lookahead=2``).
 
     python benchmarks/deploy_loop.py --part transfer            # trains 4 policies (reuses finished ones in --work)
     python benchmarks/deploy_loop.py --part timing              # ~1 min, on a quiet machine
@@ -24,7 +26,7 @@ Two parts, run separately (``--part``), each merged into ``benchmarks/results/de
 Goals (computed from the measurements): per task, the policy without DR solves its training simulator (>= 0.8: else
 the comparison says little); on the shifted arm, the DR policy's success >= the policy's without DR; the DR policy
 keeps >= 0.8 of its nominal success under the shift; at 30 Hz, the state policy's p99 tick
-<= 33.3 ms with 0 missed deadlines, the VLA's p99 tick <= 33.3 ms.
+<= 33.3 ms with 0 missed deadlines, the VLA's p99 tick <= 33.3 ms (and, with asynchronous inference, 0 missed).
 """
 
 from __future__ import annotations
@@ -108,9 +110,10 @@ def make_sim_robot(task: str, physics: dict[str, Any], cameras: list[str], size:
 
 
 def deploy(policy: Any, robot: Any, episodes: int, episode_len: int, realtime: bool, seed: int = EVAL_SEED,
-           cameras: tuple[str, ...] = (), stop_on_success: bool = True) -> Any:
+           cameras: tuple[str, ...] = (), stop_on_success: bool = True, lookahead: int = 0) -> Any:
     """``robot-rl deploy``'s session (``guarded_session``: RobotEnv, SafetyFilter with the default limits, the
-    watchdog) of ``policy`` on ``robot``; returns the ``SessionResult``."""
+    watchdog) of ``policy`` on ``robot`` (``lookahead``: ``robot-rl deploy lookahead=``); returns the
+    ``SessionResult``."""
     from real.robot_env import ControlClock, safe_connect
     from real.safety import SafetyConfig, SafetyFilter, limits_from_robot
     from real.teleop import PolicyDriver, guarded_session
@@ -121,7 +124,7 @@ def deploy(policy: Any, robot: Any, episodes: int, episode_len: int, realtime: b
     kwargs = {"cameras": cameras, "fps": 30.0, "max_episode_length": episode_len,
               "clock": ControlClock(30, sleep=realtime)}
     return guarded_session(robot, safety, kwargs, episodes,
-                           make_driver=lambda env: PolicyDriver(policy, safety, robot, env), seed=seed,
+                           make_driver=lambda env: PolicyDriver(policy, safety, robot, env, lookahead), seed=seed,
                            stop_on_success=stop_on_success)
 
 
@@ -172,11 +175,12 @@ def timing(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(1)
     load_before = os.getloadavg()
     out: dict[str, Any] = {}
-    state_run = args.work / "so101_reach_no_dr"
-    if (state_run / "deploy_loop_train.json").is_file():
+    state_run = args.state_run or args.work / "so101_reach_no_dr"
+    if (state_run / "deploy_loop_train.json").is_file() or args.state_run is not None:
         state_policy, state_src = load_any_policy(str(state_run), torch.device("cpu")), str(state_run)
     else:
-        raise SystemExit(f"no trained reach policy in {state_run}: run --part transfer first (or --work)")
+        raise SystemExit(f"no trained reach policy in {state_run}: run --part transfer first (or --work, or "
+                         "--state-run a `robot-rl train task=so101_reach` run)")
     if args.vla is not None:
         vla, vla_src = load_policy(args.vla), str(args.vla)
     else:
@@ -184,18 +188,20 @@ def timing(args: argparse.Namespace) -> dict[str, Any]:
         vla, vla_src = FlowVLAPolicy(FlowVLAConfig(vocab=["pick", "up", "the", "red", "cube", "and", "lift", "it"])), \
             "untrained FlowVLAConfig() (default size, 64x64, front + wrist)"
     h, w = vla.cfg.image_size
-    cases = {"state_policy": (state_policy, "so101_reach", [], state_src),
-             "flow_vla": (vla, "so101_lift", list(vla.cfg.cameras), vla_src)}
-    for name, (policy, task, cams, src) in cases.items():
+    cases = {"state_policy": (state_policy, "so101_reach", [], state_src, 0),
+             "flow_vla": (vla, "so101_lift", list(vla.cfg.cameras), vla_src, 0),
+             "flow_vla_async": (vla, "so101_lift", list(vla.cfg.cameras), vla_src, args.lookahead)}
+    for name, (policy, task, cams, src, lookahead) in cases.items():
         policy = policy.to("cpu").eval()
         res = deploy(policy, make_sim_robot(task, {}, cams, (h, w)), 1, args.ticks, realtime=True,
-                     cameras=tuple(cams), stop_on_success=False)
+                     cameras=tuple(cams), stop_on_success=False, lookahead=lookahead)
         c = res.clock
         out[name] = {"policy": src, "task": task, "cameras": cams, "image_size": [h, w], "ticks": int(c["ticks"]),
                      "work_p50_ms": c["work_p50_ms"], "work_p99_ms": c["work_p99_ms"],
                      "work_max_ms": c["work_max_ms"], "period_p50_ms": c["period_p50_ms"],
                      "period_p99_ms": c["period_p99_ms"], "missed_deadlines": int(c["missed"]),
-                     "horizon": int(policy.horizon), "executed_steps": int(policy.executed_steps)}
+                     "horizon": int(policy.horizon), "executed_steps": int(policy.executed_steps),
+                     "lookahead": lookahead}
         if name == "flow_vla":  # the chunk inference alone (one call per executed_steps ticks), on a frame of the loop
             out[name].update(_inference_ms(policy, cams, (h, w)))
         print(f"timing {name}: {out[name]}", file=sys.stderr)
@@ -248,6 +254,10 @@ def goals_of(data: dict[str, Any]) -> list[dict[str, Any]]:
         g.append(goal("state_policy_p99_tick_ms_30hz", tm["state_policy"]["work_p99_ms"], round(PERIOD_MS, 1), "<="))
         g.append(goal("state_policy_missed_deadlines_30hz", tm["state_policy"]["missed_deadlines"], 0, "<="))
         g.append(goal("flow_vla_p99_tick_ms_30hz", tm["flow_vla"]["work_p99_ms"], round(PERIOD_MS, 1), "<="))
+        if "flow_vla_async" in tm:  # the chunk computed in the background, `lookahead` ticks ahead
+            g.append(goal("flow_vla_async_p99_tick_ms_30hz", tm["flow_vla_async"]["work_p99_ms"], round(PERIOD_MS, 1),
+                          "<="))
+            g.append(goal("flow_vla_async_missed_deadlines_30hz", tm["flow_vla_async"]["missed_deadlines"], 0, "<="))
     return g
 
 
@@ -282,14 +292,14 @@ def plot(data: dict[str, Any], path: Path) -> None:
     ax = axes[1]
     tm = data.get("timing")
     if tm:
-        names = ["state_policy", "flow_vla"]
+        names = [n for n in ("state_policy", "flow_vla", "flow_vla_async") if n in tm]
         for i, n in enumerate(names):
             ax.bar(i - 0.2, tm[n]["work_p50_ms"], 0.4, color="tab:blue", label="p50" if i == 0 else None)
             ax.bar(i + 0.2, tm[n]["work_p99_ms"], 0.4, color="tab:orange", label="p99" if i == 0 else None)
             ax.text(i, max(tm[n]["work_p99_ms"], tm[n]["work_p50_ms"]) + 1, f"missed {tm[n]['missed_deadlines']}",
                     ha="center", fontsize=8)
         ax.axhline(PERIOD_MS, color="k", ls="--", label="33.3 ms (30 Hz)")
-        ax.set_xticks(range(len(names)), names)
+        ax.set_xticks(range(len(names)), [n.replace("_async", f"\nasync L={tm[n].get('lookahead')}") for n in names])
         ax.set_ylabel("tick work, ms")
         ax.set_title(f"deploy loop at 30 Hz (load {tm['load_average_1_5_15']['before'][0]} on {tm['cores']} cores)")
         ax.legend()
@@ -316,6 +326,10 @@ def main() -> None:
                    help="so101_sim fields of a harder shifted arm")
     p.add_argument("--ticks", type=int, default=600, help="timing: 30 Hz ticks per policy")
     p.add_argument("--vla", type=Path, default=None, help="timing: an exported flow VLA (default: untrained)")
+    p.add_argument("--state-run", type=Path, default=None,
+                   help="timing: the state policy's run (default: the transfer part's reach policy without DR)")
+    p.add_argument("--lookahead", type=int, default=2,
+                   help="timing: ticks ahead the flow VLA's next chunk is computed in the background (flow_vla_async)")
     p.add_argument("--note", default=None, help="a note kept with this part's results (how it was sized, the load)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -142,12 +143,20 @@ class PolicyDriver:
     arm. Chunks (``horizon`` H > 1) are checked when they arrive (``SafetyFilter.parse_chunk``): a malformed chunk is
     handed on as it is, for the env's filter to reject (hold, count); the policy is asked again next tick.
 
+    ``lookahead`` L > 0 (chunked policies on frames): the next chunk is computed in a background thread from the
+    frame L ticks before the queued chunk runs out, while the loop keeps ticking, and its first L steps -- planned
+    for ticks that have passed by the time it arrives -- are skipped (the asynchronous inference of LeRobot's
+    ``async_inference`` and of real-time chunking, without the inpainting). The steps taken from each chunk are
+    ``min(executed_steps, horizon - L)``. What the arm does does not depend on how fast the thread is: the chunk is
+    a function of the frame it was given, and a tick that finds it unfinished waits for it. L = 0: each chunk is
+    computed inside the tick that needs it (the tick then takes the inference's time too).
+
     Raises (at construction, before anything moves):
         SafetyConfigError: the policy's action size differs from the robot's, it reads a camera the robot lacks or
-            at another size, or it needs state the robot cannot give.
+            at another size, or it needs state the robot cannot give; L leaves no step of a chunk to execute.
     """
 
-    def __init__(self, policy: Any, safety: SafetyFilter, robot: Any, env: RobotEnv) -> None:
+    def __init__(self, policy: Any, safety: SafetyFilter, robot: Any, env: RobotEnv, lookahead: int = 0) -> None:
         feats = policy.processor.features
         self.policy, self.safety = policy, safety
         self.horizon, self.executed = int(policy.horizon), int(policy.executed_steps)
@@ -170,26 +179,67 @@ class PolicyDriver:
                 raise SafetyConfigError(
                     f"the policy reads {sorted(feats.inputs)} (state of a simulated task), which a real arm does not "
                     "give: deploy a policy trained on LeRobot frames (robot-rl offline), or use robot=so101_sim")
+        if lookahead < 0:
+            raise SafetyConfigError(f"lookahead must be >= 0 ticks, got {lookahead}")
+        self.lookahead = lookahead if self.horizon > 1 and self.reads_frames else 0  # one-step policies: no queue
+        if self.lookahead and self.horizon - self.lookahead < 1:
+            raise SafetyConfigError(f"lookahead {lookahead} skips every step of the policy's {self.horizon}-step "
+                                    "chunks: use a lookahead < the chunk horizon")
         self.chunk: torch.Tensor | None = None
-        self.pos = 0
+        self.pos = self.end = 0  # the next step of the queued chunk, and where its executed steps end
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None
+        self._skip = 0  # ticks between the pending chunk's frame and its first use
 
     def reset(self) -> None:
-        """Forget the queued chunk (a new episode, or the policy taking back control)."""
-        self.chunk, self.pos = None, 0
+        """Forget the queued chunk and any chunk being computed (a new episode, or the policy taking back
+        control)."""
+        self._drop_pending()
+        self.chunk, self.pos, self.end = None, 0, 0
         self.policy.reset(None)
+
+    def close(self) -> None:
+        """Stop the inference thread (waits for a chunk being computed)."""
+        self._drop_pending()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _drop_pending(self) -> None:
+        if self._pending is not None:  # let it finish: the policy is not reset under a running act
+            with contextlib.suppress(Exception):
+                self._pending.result()
+            self._pending = None
+
+    def _act(self, obs: dict[str, Any]) -> Any:
+        with torch.no_grad():  # grad mode is per thread
+            return self.policy.act(obs, deterministic=True)
+
+    def _obs(self, frame: dict[str, Any], copy: bool) -> dict[str, Any]:
+        obs = frame if self.reads_frames else self.view.env_obs
+        dev = self.policy.device
+        return {k: (v.to(dev, copy=copy) if isinstance(v, torch.Tensor) else list(v) if copy and isinstance(v, list)
+                    else v) for k, v in obs.items()}
 
     @torch.no_grad()
     def propose(self, frame: dict[str, Any]) -> tuple[Any, torch.Tensor | None]:
         """``(to_send, proposal)``: what to hand ``env.step`` (degrees [1, 6]; or the malformed output, for the
         filter to reject) and the proposal in degrees [1, 6] (None when malformed)."""
-        if self.chunk is not None and self.pos < self.executed:
+        if self.chunk is not None and self.pos < self.end:
+            if self.lookahead and self._pending is None and self.end - self.pos <= self.lookahead:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="policy-inference")
+                self._pending = self._pool.submit(self._act, self._obs(frame, copy=True))  # this tick's frame
+                self._skip = self.end - self.pos  # ticks from this frame to the chunk's first use
             a = self.chunk[:, self.pos]
             self.pos += 1
             return a, a
-        obs = frame if self.reads_frames else self.view.env_obs
-        dev = self.policy.device
-        obs = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in obs.items()}
-        out = self.policy.act(obs, deterministic=True)
+        skip = 0
+        if self._pending is not None:
+            out, skip = self._pending.result(), self._skip
+            self._pending = None
+        else:
+            out = self._act(self._obs(frame, copy=False))
         try:
             if self.horizon > 1:
                 chunk = torch.from_numpy(self.safety.parse_chunk(out, self.horizon)).float()[None]
@@ -201,8 +251,9 @@ class PolicyDriver:
         if self.view is not None:  # the env's normalised actions -> joint targets from the scene now
             chunk = self.view.to_target(chunk[:, 0].to(self.view.device)).cpu()[:, None]
             chunk = chunk.float()
-        self.chunk, self.pos = chunk, 1
-        return chunk[:, 0], chunk[:, 0]
+        self.chunk, self.pos = chunk, skip + 1
+        self.end = min(skip + self.executed, self.horizon) if self.horizon > 1 else 1
+        return chunk[:, skip], chunk[:, skip]
 
 
 # ------------------------------------------------------------------------------------------------- the session
@@ -297,7 +348,7 @@ def guarded_session(robot: Any, safety: SafetyFilter, env_kwargs: dict[str, Any]
     (torque off first, on any way out), the recorder made inside it (an error there still turns torque off) and
     closed -- LeRobot's ``finalize`` -- only after it, then the robot disconnected. This is what ``robot-rl deploy``
     and ``robot-rl record`` run."""
-    recorder = None
+    recorder = driver = None
     try:
         with SafetyGuard(robot, safety.cfg, watchdog=watchdog) as guard:
             env = RobotEnv(robot, safety, guard, **env_kwargs)
@@ -310,7 +361,11 @@ def guarded_session(robot: Any, safety: SafetyFilter, env_kwargs: dict[str, Any]
             if recorder is not None:
                 recorder.close()  # torque is off by now
         finally:
-            safe_disconnect(robot)
+            try:
+                if driver is not None:
+                    driver.close()
+            finally:
+                safe_disconnect(robot)
 
 
 __all__ = ["AlwaysHuman", "KeyboardTakeover", "NeverHuman", "PolicyDriver", "ScheduledTakeover", "SessionResult",

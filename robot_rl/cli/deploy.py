@@ -79,6 +79,9 @@ class DeployCommand(SessionSettings):
     takeover_schedule: list[int] = field(default_factory=list)  # ticks at which control switches (takeover=schedule)
     device: str = "cpu"  # the policy's device: cpu | cuda | cuda:<i> | auto
     torch_threads: int = 1  # torch intra-op threads
+    # ticks ahead a chunked policy's next chunk is computed in a background thread (its first `lookahead` steps
+    # skipped on arrival; real.teleop.PolicyDriver); 0: inside the tick that needs it
+    lookahead: int = 0
     dataset: OptionalDataset = field(default_factory=OptionalDataset)
     robot: Any = None
     teleop: Any = None
@@ -87,6 +90,8 @@ class DeployCommand(SessionSettings):
         super().__post_init__()
         if self.takeover not in TAKEOVERS:
             raise ValueError(f"takeover={self.takeover!r}; allowed: {list(TAKEOVERS)}")
+        if self.lookahead < 0:
+            raise ValueError(f"lookahead must be >= 0 ticks, got {self.lookahead}")
         if self.torch_threads < 1:
             raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
 
@@ -312,7 +317,8 @@ def deploy(cfg: Any) -> Any:
     def body() -> Any:
         try:
             return guarded_session(robot, safety, kwargs, c.episodes,
-                                   make_driver=lambda env: PolicyDriver(policy, safety, robot, env), teleop=teleop,
+                                   make_driver=lambda env: PolicyDriver(policy, safety, robot, env, c.lookahead),
+                                   teleop=teleop,
                                    takeover=takeover, make_recorder=make_recorder, stop_on_success=c.stop_on_success,
                                    seed=c.seed)
         finally:

@@ -204,16 +204,18 @@ def test_a13_a_policy_of_another_size_is_refused_at_startup(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------------ end to end
-def test_deploy_end_to_end_on_so101_sim_with_a_takeover_and_recording(tmp_path):
+@pytest.mark.parametrize("lookahead", [0, 2])
+def test_deploy_end_to_end_on_so101_sim_with_a_takeover_and_recording(tmp_path, lookahead):
     """robot-rl deploy of a flow VLA on so101_sim with the simulated leader taking over on ticks 10..19: two episodes
     recorded (LeRobotDataset opens them), intervention on exactly the person's ticks, action = the clipped command
-    (within 5 deg of the state on body joints), policy_action the VLA's proposal."""
+    (within 5 deg of the state on body joints), policy_action the VLA's proposal; with its chunks computed inside
+    the tick and in the background (lookahead=2)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     policy = vla(tmp_path / "vla")
     root = tmp_path / "ds"
     argv = ["deploy", *SIM, f"checkpoint={policy}", "episodes=2", "episode_s=1", f"dataset.root={root}",
-            "teleop=so101_sim_leader", "takeover=schedule", "takeover_schedule=[10,20]", "realtime=false"]
+            "teleop=so101_sim_leader", "takeover=schedule", "takeover_schedule=[10,20]", "realtime=false", f"lookahead={lookahead}"]
     assert run_main(argv) == 0
     ds = LeRobotDataset("local/ds", root=root)
     assert ds.meta.total_episodes == 2 and len(ds) == 60

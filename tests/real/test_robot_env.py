@@ -312,3 +312,50 @@ def test_a12_teleop_lost_during_takeover_holds_and_never_returns_to_the_policy(t
     held = {i: bus.servos.get(i, "Present_Position") for i in range(1, 7)}
     assert all(abs(last[i] - held[i]) <= 12 for i in range(1, 7))
     assert all(not bus.servos.torque_on(i) for i in range(1, 7))
+
+
+@pytest.mark.parametrize("lookahead", [0, 2])
+def test_async_chunk_inference_executes_each_step_at_its_planned_tick(tmp_path, lookahead):
+    """A chunk planned from the frame of tick f has its step k meant for tick f + k. With lookahead L the next chunk
+    is computed in the background from the frame L ticks before the queue runs out, and its first L steps (their
+    ticks have passed) are skipped: every tick executes the step planned for it, and every chunk after the first is
+    computed off the loop's thread. A reset while a chunk is being computed drops it: the next tick plans from its
+    own frame."""
+    import threading
+
+    _robot, _bus, safety = arm(tmp_path)
+    threads = []
+
+    def plan(state, call):  # the frame of tick f holds f in every joint; step k of its chunk is 100 f + k
+        threads.append(threading.current_thread().name)
+        f = float(state[0, 0])
+        return torch.stack([torch.full((6,), 100.0 * f + k) for k in range(6)])[None]
+
+    driver = PolicyDriver(ScriptedPolicy(plan, horizon=6, executed_steps=3), safety, None, None, lookahead=lookahead)
+    done = []
+    for t in range(20):
+        sent, proposal = driver.propose({keys.OBS_STATE: torch.full((1, 6), float(t))})
+        v = float(sent[0, 0])
+        assert torch.equal(sent, proposal)
+        f, k = divmod(round(v), 100)
+        assert f + k == t, (t, v)  # the step planned for this very tick
+        done.append(k)
+    if lookahead == 0:
+        assert done[:6] == [0, 1, 2, 0, 1, 2] and set(threads) == {threading.current_thread().name}
+    else:
+        assert done[:9] == [0, 1, 2, 2, 3, 4, 2, 3, 4]  # 3 steps per chunk, the first 2 of each later one skipped
+        assert threads[0] == threading.current_thread().name and threads[1:]
+        assert all(n.startswith("policy-inference") for n in threads[1:])
+        assert driver._pending is not None  # tick 19 sent the next chunk to the background; a reset drops it
+        driver.reset()
+        sent, _ = driver.propose({keys.OBS_STATE: torch.full((1, 6), 20.0)})
+        assert float(sent[0, 0]) == 2000.0  # planned from tick 20's own frame, step 0
+        driver.close()
+
+
+def test_a_lookahead_that_skips_the_whole_chunk_is_refused(tmp_path):
+    from real.safety import SafetyConfigError
+
+    _robot, _bus, safety = arm(tmp_path)
+    with pytest.raises(SafetyConfigError, match="lookahead 4"):
+        PolicyDriver(ScriptedPolicy(lambda s, n: s, horizon=4), safety, None, None, lookahead=4)
