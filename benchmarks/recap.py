@@ -79,6 +79,7 @@ METHODS = ("bc", "recap", "awr", "bc_expert")  # recap before awr: awr reuses it
 KNOWN_METHODS = (*METHODS, "recap_oracle", "recap_balanced", "recap_oracle_balanced", "recap_balanced_short")
 FAMILIES = ("bc", "awr", "recap", "recap_balanced", "recap_oracle", "recap_oracle_balanced", "recap_balanced_short")
 LEARNED_LABELS = ("recap", "recap_balanced", "recap_balanced_short")  # RECAP variants whose labels are the value's
+EVAL_SEED = 900_000  # evaluation episode i of seed s: EVAL_SEED + 1000 s + i, the same for every method
 SMOKE = {"episodes": 12, "heldout": 4, "steps": 20, "value_steps": 20, "seeds": 1, "eval_episodes": 4,
          "num_envs": 4, "loop_rounds": 1, "loop_episodes": 4, "betas": "1.0,2.0", "video": False}
 
@@ -114,8 +115,20 @@ def train(algo: str, root: Path, run_dir: Path, steps: int, seed: int, extra: li
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return {"command": " ".join(cmd), "process_wall_s": round(wall, 1), **run_record(run_dir)}
+
+
+def finished(run_dir: Path, steps: int) -> bool:
+    """Whether ``run_dir`` holds a finished run of ``steps`` policy steps (``--reuse-runs``)."""
+    curve = run_dir / "curve.jsonl"
+    lines = [ln for ln in curve.read_text().splitlines() if ln.strip()] if curve.is_file() else []
+    return bool(lines) and json.loads(lines[-1])["updates"] >= steps and (run_dir / "checkpoints").is_dir()
+
+
+def run_record(run_dir: Path) -> dict[str, Any]:
+    """A finished run's timings, export, curve and labels summary."""
     curve = [json.loads(line) for line in (run_dir / "curve.jsonl").read_text().splitlines() if line.strip()]
-    out = {"command": " ".join(cmd), "process_wall_s": round(wall, 1), "train_wall_s": round(curve[-1]["wall_s"], 1),
+    out = {"train_wall_s": round(curve[-1]["wall_s"], 1),
            "updates": curve[-1]["updates"], "policy": str(_latest_policy(run_dir)),
            "curve": [{"updates": p["updates"], "wall_s": round(p["wall_s"], 1), "loss": p.get("loss")} for p in curve]}
     labels = run_dir / "labels" / "labels.json"
@@ -329,12 +342,17 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
     p.add_argument("--work", type=Path, default=Path("/tmp/recap_bench"))
     p.add_argument("--skip-collect", action="store_true", help="reuse the datasets in --work")
+    p.add_argument("--reuse-runs", action="store_true",
+                   help="evaluate the runs in --work that finished --steps instead of training them again (an "
+                        "interrupted benchmark; with --skip-collect)")
     p.add_argument("--extend", action="store_true",
                    help="add to the recap.json already in --out (runs in --work): the --methods given (e.g. "
                         "--methods recap_oracle, or '' for none) and the loop when --loop-rounds > 0")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--name", default=NAME, help="file names of the results: NAME.json, NAME.png, NAME_<method>.mp4")
     a = p.parse_args()
+    if a.reuse_runs and not a.skip_collect and not a.extend:
+        p.error("--reuse-runs needs --skip-collect (collecting starts --work afresh)")
     if a.smoke:
         for k, v in SMOKE.items():
             setattr(a, k, v)
@@ -378,12 +396,17 @@ def main() -> None:
     value_extra = [f"algo.value.steps={a.value_steps}", f"algo.labels.max_episode_length={EPISODE_LENGTH}"]
     if not a.extend:
         data["training"], data["eval"] = {}, {}
-    eval_seed = 900_000
+    eval_seed = EVAL_SEED
     from policies import load_policy
 
     for seed in range(a.seeds):
         for m in methods:
             run_dir = a.work / f"{m}_s{seed}"
+            if a.reuse_runs and finished(run_dir, a.steps):  # an interrupted benchmark: evaluate what it trained
+                print(f"reusing the finished run {run_dir}", file=sys.stderr)
+                data["training"][f"{m}_s{seed}"] = rec = {**run_record(run_dir), "reused": True}
+                _evaluate_run(data, a, m, rec, run_dir, seed, betas, heldout)
+                continue
             shutil.rmtree(run_dir, ignore_errors=True)
             extra = list(a.extra)
             algo = "bc" if m == "bc_expert" else "awr" if m == "awr" else "recap" if m.startswith("recap") else m
@@ -405,23 +428,7 @@ def main() -> None:
             rec = train(algo, mixed, run_dir, a.steps, seed, extra)
             data["timing_s"][f"train_{m}_s{seed}"] = round(time.perf_counter() - t, 1)
             data["training"][f"{m}_s{seed}"] = rec
-            policy = load_policy(rec["policy"])
-            for beta in (betas if algo == "recap" else [None]):
-                key = m if beta is None else f"{m}_beta{beta:g}"
-                if beta is not None:
-                    policy.cfg.guidance_beta = beta
-                t = time.perf_counter()
-                ev = evaluate_policy(policy, a.eval_episodes, a.num_envs, eval_seed + 1000 * seed)
-                data["timing_s"][f"eval_{key}_s{seed}"] = round(time.perf_counter() - t, 1)
-                data["eval"].setdefault(key, []).append(ev)
-                print(f"seed {seed} {key}: success {ev['success_rate']:.3f}", file=sys.stderr)
-            if m in ("recap", "recap_balanced"):  # the value model each learned-label RECAP run used
-                t = time.perf_counter()
-                voc = heldout_voc(run_dir / "value", heldout)
-                data.setdefault("value_heldout_runs", {})[f"{m}_s{seed}"] = voc
-                if m == "recap":
-                    data.setdefault("value_heldout", []).append(voc)
-                data["timing_s"][f"voc_{m}_s{seed}"] = round(time.perf_counter() - t, 1)
+            _evaluate_run(data, a, m, rec, run_dir, seed, betas, heldout)
     data.setdefault("label_quality", {}).update({
         f"{m}_s{seed}": label_quality(a.work / f"{m}_s{seed}" / "labels", data["settings"]["expert_episodes"])
         for seed in range(a.seeds) for m in LEARNED_LABELS if m in methods
@@ -458,6 +465,30 @@ def main() -> None:
     for g in goals:
         print(f"  {g['name']}: {g['value']} ({g['direction']} {g['target']}: {'met' if g['met'] else 'NOT met'})",
               file=sys.stderr)
+
+
+def _evaluate_run(data: dict[str, Any], a: argparse.Namespace, m: str, rec: dict[str, Any], run_dir: Path, seed: int,
+                  betas: list[float], heldout: Path) -> None:
+    """Success of a trained method (RECAP at each β) on the evaluation seeds, and its value model's held-out VOC."""
+    from policies import load_policy
+
+    policy = load_policy(rec["policy"])
+    for beta in (betas if m.startswith("recap") else [None]):
+        key = m if beta is None else f"{m}_beta{beta:g}"
+        if beta is not None:
+            policy.cfg.guidance_beta = beta
+        t = time.perf_counter()
+        ev = evaluate_policy(policy, a.eval_episodes, a.num_envs, EVAL_SEED + 1000 * seed)
+        data["timing_s"][f"eval_{key}_s{seed}"] = round(time.perf_counter() - t, 1)
+        data["eval"].setdefault(key, []).append(ev)
+        print(f"seed {seed} {key}: success {ev['success_rate']:.3f}", file=sys.stderr)
+    if m in ("recap", "recap_balanced"):  # the value model each learned-label RECAP run used
+        t = time.perf_counter()
+        voc = heldout_voc(run_dir / "value", heldout)
+        data.setdefault("value_heldout_runs", {})[f"{m}_s{seed}"] = voc
+        if m == "recap":
+            data.setdefault("value_heldout", []).append(voc)
+        data["timing_s"][f"voc_{m}_s{seed}"] = round(time.perf_counter() - t, 1)
 
 
 def _variant_overrides(method: str, a: argparse.Namespace) -> list[str]:
