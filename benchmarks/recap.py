@@ -28,16 +28,18 @@
         --value-steps 1500 --loop-rounds 0 --out /tmp/recap_out
     python benchmarks/recap.py --extend --methods '' --seeds 1 --steps 3000 --value-steps 1500 --loop-rounds 2 \
         --loop-episodes 60 --loop-method recap_balanced --loop-beta 2.5 --loop-warm-start --out /tmp/recap_out
-    # the committed recap_q05.json (each flaw of a degraded episode on with probability 0.5), in one go:
-    python benchmarks/recap.py --degraded-quality 0.5 --methods bc,recap,recap_balanced,awr,bc_expert --seeds 1 \
-        --steps 3000 --value-steps 1500 --loop-rounds 2 --loop-episodes 60 --loop-method recap_balanced \
-        --loop-beta 2.5 --loop-warm-start --work /tmp/recap_q05 --name recap_q05 --out /tmp/recap_q05_out
+    # the committed recap_q05.json (each flaw of a degraded episode on with probability 0.5; the expert episodes
+    # are recap.json's, so its bc_expert applies), collected and trained in one go, then (interrupted after
+    # recap_balanced) finished with --skip-collect --reuse-runs:
+    python benchmarks/recap.py --degraded-quality 0.5 --methods recap,recap_balanced_short,recap_balanced,bc \
+        --seeds 1 --steps 3000 --value-steps 1500 --loop-rounds 0 --work /tmp/recap_q05 --name recap_q05 \
+        --out /tmp/recap_q05_out
 
 Measured (1 seed, 2 cores, nothing else heavy beside it; a quiet machine): collecting 300 + 50 episodes 6.5 min
 (degraded episodes 1.4 s each, expert 0.5 s); per 3000-step run 4-8 min (a policy step ~0.08 s, a value step
 0.12 s: RECAP's 1500 value steps 3 min + labelling 20 s); 100 evaluation episodes 16-25 s; the loop ~9 min per round
-with 60 episodes. (An earlier session's machine ran the same work 2-2.5x slower.) ``--smoke`` (tiny sizes) proves
-every stage in ~20 min.
+with 60 episodes. (Other sessions' machines ran the same work 2-3x slower: 14-17 min per 3000-step run on
+2026-12-01.) ``--smoke`` (tiny sizes) proves every stage in ~20 min.
 
 Writes ``NAME.json`` + ``NAME.png`` (+ ``NAME_bc.mp4``, ``NAME_<recap variant>.mp4``; ``--name``, default recap) into
 ``--out``; the JSON holds the seconds each stage took, to size a real run.
