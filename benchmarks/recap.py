@@ -311,6 +311,9 @@ def plot(data: dict[str, Any], path: Path) -> None:
         bx.legend()
         bx.grid(alpha=0.3)
         bx.set_title("RECAP loop (robot-rl recap)")
+    else:
+        bx.axis("off")
+        bx.text(0.5, 0.5, "the loop was not run (--loop-rounds 0)", ha="center", va="center")
     save_figure(fig, path, dpi=100)
 
 
