@@ -151,6 +151,11 @@ def test_a2_a_deploy_without_a_cap_or_with_a_misspelled_key_is_refused(tmp_path,
     assert "safety.max_relative_target is required" in err and len(err.strip().splitlines()) == 1
     assert run_main(["deploy", *SIM, f"checkpoint={policy}", "robot.image_hieght=32"]) == 2
     assert "image_hieght" in capsys.readouterr().err
+    # a lookahead that would skip every step of the VLA's chunks reaches the driver and is refused there
+    assert run_main(["deploy", *SIM, f"checkpoint={policy}", "lookahead=99", "realtime=false"]) == 2
+    assert "lookahead 99 skips every step" in capsys.readouterr().err
+    assert run_main(["deploy", *SIM, f"checkpoint={policy}", "lookahead=-1"]) == 2
+    assert "lookahead must be >= 0" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------ refusals
