@@ -34,6 +34,9 @@
     python benchmarks/recap.py --degraded-quality 0.5 --methods recap,recap_balanced_short,recap_balanced,bc \
         --seeds 1 --steps 3000 --value-steps 1500 --loop-rounds 0 --work /tmp/recap_q05 --name recap_q05 \
         --out /tmp/recap_q05_out
+    python benchmarks/recap.py --extend --methods '' --degraded-quality 0.5 --seeds 1 --steps 3000 --value-steps 1500 \
+        --loop-rounds 1 --loop-episodes 60 --loop-method recap_balanced --loop-beta 2.5 --loop-warm-start \
+        --work /tmp/recap_q05 --name recap_q05 --out /tmp/recap_q05_out   # one loop round (~22 min here)
 
 Measured (1 seed, 2 cores, nothing else heavy beside it; a quiet machine): collecting 300 + 50 episodes 6.5 min
 (degraded episodes 1.4 s each, expert 0.5 s); per 3000-step run 4-8 min (a policy step ~0.08 s, a value step
