@@ -404,7 +404,6 @@ def main() -> None:
     value_extra = [f"algo.value.steps={a.value_steps}", f"algo.labels.max_episode_length={EPISODE_LENGTH}"]
     if not a.extend:
         data["training"], data["eval"] = {}, {}
-    eval_seed = EVAL_SEED
     from policies import load_policy
 
     for seed in range(a.seeds):
@@ -451,7 +450,7 @@ def main() -> None:
         shown = best.split("_beta")[0]
         pols = {m: load_policy(data["training"][f"{m}_s0"]["policy"]) for m in ("bc", shown)}
         pols[shown].cfg.guidance_beta = float(best.split("_beta")[1])
-        data["videos"] = videos(pols, a.out, eval_seed, a.name)
+        data["videos"] = videos(pols, a.out, EVAL_SEED, a.name)
         data["videos_beta"] = pols[shown].cfg.guidance_beta
     if a.loop_rounds > 0:
         t = time.perf_counter()
