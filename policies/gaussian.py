@@ -46,6 +46,21 @@ def default_processor(obs_key: str, obs_dim: int, action_dim: int, normalize: bo
     return Processor(Features(inputs={obs_key: [obs_dim]}, action_dim=action_dim), [obs_key] if normalize else [])
 
 
+# The constants as torch.distributions.Normal writes them, so log-probabilities and entropies match it bit for bit.
+_LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
+_ENTROPY_CONST = 0.5 + 0.5 * math.log(2 * math.pi)
+
+
+def normal_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """log N(x; μ, diag σ²) [B], summed over the last dim: Σ −(x − μ)² / (2σ²) − log σ − ½ log 2π."""
+    return (-((x - mean) ** 2) / (2 * std**2) - std.log() - _LOG_SQRT_2PI).sum(-1)
+
+
+def normal_entropy(std: torch.Tensor) -> torch.Tensor:
+    """Entropy of N(μ, diag σ²) [B], summed over the last dim: Σ ½ + ½ log 2π + log σ."""
+    return (_ENTROPY_CONST + std.log()).sum(-1)
+
+
 class GaussianPolicy(Policy):
     """π(a|o) = N(μ_θ(norm(o)), diag(exp(log_std)²)) with a state-independent learned log-std.
 
@@ -80,6 +95,12 @@ class GaussianPolicy(Policy):
         """The per-dimension Normal over actions [B, A]; sum ``log_prob`` over the last dim for the joint."""
         mean = self(obs)
         return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+
+    def mean_std(self, obs: dict[str, torch.Tensor] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """μ [B, A] and σ [B, A] without building a ``torch.distributions`` object (PPO's hot path: the object's
+        construction, argument checks and ``sample`` cost more than the actor's forward pass at 64 envs)."""
+        mean = self(obs)
+        return mean, self.log_std.exp().expand_as(mean)
 
     @torch.no_grad()
     def act(self, obs: dict[str, torch.Tensor] | torch.Tensor, deterministic: bool = True) -> torch.Tensor:

@@ -42,7 +42,9 @@ class EmpiricalNormalizer(nn.Module):
         if not self.training:
             return
         x = x.reshape(-1, *self.mean.shape)
-        x = x[torch.isfinite(x.reshape(x.shape[0], -1)).all(dim=1)]
+        finite = torch.isfinite(x.reshape(x.shape[0], -1)).all(dim=1)
+        if not bool(finite.all()):  # boolean indexing costs more than the statistics: only when a row is bad
+            x = x[finite]
         n_b = x.shape[0]
         if n_b == 0:
             return

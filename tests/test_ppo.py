@@ -197,3 +197,24 @@ def test_runner_resets_envs_that_do_not_reset_themselves(tmp_path):
         assert runner.stats.count == 8 * 4
         finals.append(torch.cat([p.detach().flatten() for p in algo.policy.parameters()]))
     assert torch.equal(finals[0], finals[1])
+
+
+def test_foreach_adam_updates_bit_for_bit_like_the_per_tensor_loop():
+    """PPO's Adam runs foreach (a few ops over every parameter per minibatch): the same arithmetic as torch's
+    per-tensor loop, so the switch moved no learning curve."""
+    env = PointMassEnv(num_envs=16)
+    torch.manual_seed(0)
+    fast = make_ppo(env)
+    torch.manual_seed(0)
+    slow = make_ppo(env)
+    slow.optimizer = torch.optim.Adam(slow.params, lr=slow.cfg.learning_rate, foreach=False)
+    assert fast.optimizer.param_groups[0]["foreach"] is True
+    for algo in (fast, slow):
+        torch.manual_seed(1)
+        for _ in range(3):  # the adaptive learning rate changes between updates too
+            algo.update(_filled_buffer(env, algo))
+    assert fast.learning_rate == slow.learning_rate != PPOConfig().learning_rate
+    (a, _), (b, _) = _snapshot(fast), _snapshot(slow)  # their param_groups differ only in the foreach flag
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k

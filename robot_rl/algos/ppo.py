@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from policies.gaussian import GaussianPolicy
+from policies.gaussian import GaussianPolicy, normal_entropy, normal_log_prob
 from policies.normalizer import EmpiricalNormalizer
 from robot_rl import returns
 from robot_rl.algos.base import OnPolicyAlgorithm
@@ -97,7 +97,9 @@ class PPO(OnPolicyAlgorithm):
         self.policy = policy.to(self.device)
         self.critic = critic.to(self.device)
         self.params = [*self.policy.parameters(), *self.critic.parameters()]
-        self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate)
+        # foreach: a handful of ops over all 16 parameter tensors instead of ~12 per tensor (and a host read of each
+        # tensor's step count) per minibatch; the same arithmetic, bit for bit (tests/test_ppo.py).
+        self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, foreach=True)
         self.guard = NonFiniteGuard(cfg.max_consecutive_nonfinite)
         # Running mean / variance of the returns (cfg.normalize_value); identity statistics until the first update.
         self.return_norm = EmpiricalNormalizer((), clip=1e6).to(self.device)
@@ -131,10 +133,10 @@ class PPO(OnPolicyAlgorithm):
         training mode)."""
         self.policy.update_normalizer(obs)
         self.critic.update_normalizer(obs)
-        dist = self.policy.distribution(obs)
-        action = dist.sample()
-        return action, {"log_prob": dist.log_prob(action).sum(-1), "value": self.value(obs), "mean": dist.mean,
-                        "std": dist.stddev}
+        mean, std = self.policy.mean_std(obs)
+        action = torch.normal(mean, std)  # the draw Normal(mean, std).sample() makes: the same random stream
+        return action, {"log_prob": normal_log_prob(action, mean, std), "value": self.value(obs), "mean": mean,
+                        "std": std}
 
     @torch.no_grad()
     def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -181,9 +183,9 @@ class PPO(OnPolicyAlgorithm):
     def _step(self, batch: dict[str, Any]) -> dict[str, float]:
         cfg = self.cfg
         obs, adv, ret = batch["obs"], batch["advantages"], batch["returns"]
-        dist = self.policy.distribution(obs)
-        log_prob = dist.log_prob(batch["action"]).sum(-1)
-        entropy = dist.entropy().sum(-1).mean()
+        mean, std = self.policy.mean_std(obs)
+        log_prob = normal_log_prob(batch["action"], mean, std)
+        entropy = normal_entropy(std).mean()
         value, old_value = self.critic(obs), batch["value"]
         if cfg.normalize_value:  # the loss in σ units: targets and the collecting values normalised alike
             ret, old_value = self.return_norm(ret), self.return_norm(old_value)
@@ -203,7 +205,7 @@ class PPO(OnPolicyAlgorithm):
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
         with torch.no_grad():
-            kl = gaussian_kl(batch["mean"], batch["std"], dist.mean, dist.stddev).mean()
+            kl = gaussian_kl(batch["mean"], batch["std"], mean, std).mean()
         if not self.guard.check(loss, grad_norm):
             self.optimizer.zero_grad(set_to_none=True)  # optimizer state (moments, step, lr) untouched
             return {}
