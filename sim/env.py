@@ -190,14 +190,21 @@ class MujocoFamilyEnv(VecEnv):
                     x = obs[g]
                     obs[g] = x + self.dr.obs_noise * torch.randn(x.shape, generator=self.gen).to(x.device)
         w, h = self.render_size
-        for cam in self.task.cameras():
-            obs[keys.image_key(cam)] = self.physics.render(cam, w, h, env_ids).to(self.device)
+        cams = list(self.task.cameras())
+        if cams:
+            for cam, img in self.physics.render_many(cams, w, h, env_ids).items():
+                obs[keys.image_key(cam)] = img.to(self.device)
         return obs
 
     def render(self, camera: str | None = None, width: int = 256, height: int = 256,
                env_ids: torch.Tensor | None = None) -> torch.Tensor:
         cams = self.task.cameras() or ["front"]
         return self.physics.render(camera or cams[0], width, height, env_ids)
+
+    def render_many(self, cameras: list[str], width: int, height: int,
+                    env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """{camera: uint8 [len(env_ids), 3, H, W]}: several cameras in one go (tiles of one GL pass)."""
+        return self.physics.render_many(list(cameras), width, height, env_ids)
 
     # --------------------------------------------------------------------------------------- checkpointing
     def state_dict(self) -> dict[str, Any]:

@@ -156,6 +156,12 @@ class LeRobotView(VecEnv):
         h, w = self.image_size
         return self.env.render(camera or self.cameras[0], width or w, height or h, env_ids)
 
+    def render_many(self, cameras: list[str], env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """{camera: uint8 [N, 3, H, W]} at the view's image size, of the envs ``env_ids`` (default: all); each env
+        is loaded once for all cameras (``MujocoFamilyEnv.render_many``)."""
+        h, w = self.image_size
+        return self.env.render_many(list(cameras), w, h, env_ids)
+
     def close(self) -> None:
         self.env.close()
 
@@ -222,13 +228,15 @@ class LeRobotView(VecEnv):
     def _frame(self, obs: Obs, tasks: list[str], ids: torch.Tensor | None) -> Frame:
         frame: Frame = {keys.OBS_STATE: self._state_deg(obs)}
         h, w = self.image_size
-        for cam in self.cameras:
-            if ids is None:
-                img = self.env.render(cam, w, h)
-            else:
-                img = torch.zeros(self.num_envs, 3, h, w, dtype=torch.uint8)
-                if ids.numel():
-                    img[ids] = self.env.render(cam, w, h, ids)
-            frame[keys.lerobot_image_key(cam)] = img.to(self.device)
+        cams = list(self.cameras)
+        if ids is None:
+            images = self.env.render_many(cams, w, h)
+        else:
+            images = {c: torch.zeros(self.num_envs, 3, h, w, dtype=torch.uint8) for c in cams}
+            if ids.numel():
+                for c, img in self.env.render_many(cams, w, h, ids).items():
+                    images[c][ids] = img
+        for cam in cams:
+            frame[keys.lerobot_image_key(cam)] = images[cam].to(self.device)
         frame[keys.TASK] = list(tasks)
         return frame

@@ -15,7 +15,6 @@ so a divergence shows up as non-finite state, which the env turns into ``termina
 from __future__ import annotations
 
 import copy
-import os
 
 import mujoco
 import mujoco.rollout
@@ -25,6 +24,7 @@ import torch
 from sim.physics import Physics
 from sim.randomization import ModelRandomizer, RandomizationConfig, write_env_params
 from sim.state import SimState
+from sim.tiled_render import TiledRenderer
 
 _S = mujoco.mjtState
 _FULL = _S.mjSTATE_FULLPHYSICS.value
@@ -78,7 +78,7 @@ class MujocoPhysics(Physics):
             self._models = [model] * num_envs
         self._pool = mujoco.rollout.Rollout(nthread=num_threads if num_threads > 1 else 0)
         self._out_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+        self._tiles = TiledRenderer(model)
 
         sl = _component_slices(model, _FULL, [_S.mjSTATE_QPOS.value, _S.mjSTATE_QVEL.value])
         us = _component_slices(model, _USER, [_S.mjSTATE_CTRL.value, _S.mjSTATE_MOCAP_POS.value,
@@ -135,44 +135,22 @@ class MujocoPhysics(Physics):
         return torch.from_numpy(bad)
 
     def forward(self, env_ids: torch.Tensor) -> None:
-        d = self._scratch
         for i in env_ids.tolist():
-            m = self._models[i]
-            mujoco.mj_setState(m, d, self._state[i], _FULL)
-            mujoco.mj_setState(m, d, self._user[i], _USER)
-            mujoco.mj_forward(m, d)
-            self._sens[i] = d.sensordata
+            self._sens[i] = self._load_env(i)[1].sensordata
 
-    def _renderer(self, width: int, height: int) -> mujoco.Renderer:
-        key = (width, height)
-        if key not in self._renderers:
-            os.environ.setdefault("MUJOCO_GL", "egl")
-            r = mujoco.Renderer(self.model, height=height, width=width)
-            # Shadows, reflections and the skybox cost ~70 ms a frame on a CPU renderer (DESIGN.md §4).
-            for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
-                         mujoco.mjtRndFlag.mjRND_SKYBOX):
-                r.scene.flags[flag] = 0
-            self._renderers[key] = r
-        return self._renderers[key]
+    def _load_env(self, i: int) -> tuple[mujoco.MjModel, mujoco.MjData]:
+        m, d = self._models[i], self._scratch
+        mujoco.mj_setState(m, d, self._state[i], _FULL)
+        mujoco.mj_setState(m, d, self._user[i], _USER)
+        mujoco.mj_forward(m, d)
+        return m, d
 
-    def render(self, camera: str, width: int, height: int, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def render_many(self, cameras: list[str], width: int, height: int,
+                    env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Randomized per-env models draw their own cameras and lights (same sizes and assets as the model)."""
         ids = range(self.num_envs) if env_ids is None else env_ids.tolist()
-        r, d = self._renderer(width, height), self._scratch
-        frames = np.empty((len(ids), height, width, 3), dtype=np.uint8)
-        for j, i in enumerate(ids):
-            m = self._models[i]
-            mujoco.mj_setState(m, d, self._state[i], _FULL)
-            mujoco.mj_setState(m, d, self._user[i], _USER)
-            mujoco.mj_forward(m, d)
-            if m is self.model:
-                r.update_scene(d, camera=camera)
-            else:  # randomized cameras/lights: build the scene from this env's model (same sizes, same assets)
-                cam = mujoco.MjvCamera()
-                cam.type = mujoco.mjtCamera.mjCAMERA_FIXED
-                cam.fixedcamid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, camera)
-                mujoco.mjv_updateScene(m, d, mujoco.MjvOption(), None, cam, mujoco.mjtCatBit.mjCAT_ALL.value, r.scene)
-            frames[j] = r.render()
-        return torch.from_numpy(frames).permute(0, 3, 1, 2).contiguous()
+        frames = self._tiles.render(self._load_env, ids, cameras, width, height)
+        return {c: torch.from_numpy(f).permute(0, 3, 1, 2).contiguous() for c, f in frames.items()}
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         sd = {"state": torch.from_numpy(self._state.copy()), "user": torch.from_numpy(self._user.copy()),
@@ -192,9 +170,7 @@ class MujocoPhysics(Physics):
                     getattr(m, f)[:] = v
 
     def close(self) -> None:
-        for r in self._renderers.values():
-            r.close()
-        self._renderers.clear()
+        self._tiles.close()
         if self._pool is not None:
             self._pool.close()
             self._pool = None

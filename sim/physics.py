@@ -37,8 +37,13 @@ class Physics(ABC):
         """Recompute derived quantities (sensordata) of ``env_ids`` after their state was written."""
 
     @abstractmethod
+    def render_many(self, cameras: list[str], width: int, height: int,
+                    env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """{camera: uint8 [len(env_ids), 3, H, W]} frames of several cameras (each env's state loaded once)."""
+
     def render(self, camera: str, width: int, height: int, env_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """uint8 [len(env_ids), 3, H, W] frames."""
+        """uint8 [len(env_ids), 3, H, W] frames of one camera."""
+        return self.render_many([camera], width, height, env_ids)[camera]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         s = self.state

@@ -185,8 +185,9 @@ class WarpPhysics(BatchedParamsPhysics):
         self.load_state_dict(saved)
 
     # ------------------------------------------------------------------------------------------- rendering
-    def render(self, camera: str, width: int, height: int, env_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return self._host_render.render(self.state, camera, width, height, env_ids)
+    def render_many(self, cameras: list[str], width: int, height: int,
+                    env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        return self._host_render.render_many(self.state, cameras, width, height, env_ids)
 
     def close(self) -> None:
         self._host_render.close()

@@ -101,7 +101,7 @@ def test_final_frames_hold_state_and_the_ended_episodes_task_and_are_not_rendere
     view = _view("so101_pick", n=4, episode_length=3)
     frame, _ = view.reset(seed=0)
     renders, inner_final = [], []
-    inner_render, inner_step = view.env.render, view.env.step
+    inner_render, inner_step = view.env.render_many, view.env.step
 
     def render(*args, **kwargs):
         renders.append(args)
@@ -112,7 +112,7 @@ def test_final_frames_hold_state_and_the_ended_episodes_task_and_are_not_rendere
         inner_final.append(out[4][keys.FINAL_OBS][keys.PROPRIO].clone())
         return out
 
-    view.env.render, view.env.step = render, step
+    view.env.render_many, view.env.step = render, step
     for _ in range(3):
         before = list(view.instructions)
         frame, _, _, truncated, info = view.step(frame[keys.OBS_STATE])
