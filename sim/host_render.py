@@ -21,11 +21,11 @@ from sim.tiled_render import TiledRenderer
 class HostRenderer:
     """uint8 [len(env_ids), 3, H, W] frames of a batched ``SimState``."""
 
-    def __init__(self, model: mujoco.MjModel, params: BatchedModelParams | None = None) -> None:
+    def __init__(self, model: mujoco.MjModel, num_envs: int, params: BatchedModelParams | None = None) -> None:
         self.params = params
         self.model = copy.copy(model) if params is not None else model  # written per env when randomized
         self._data = mujoco.MjData(model)
-        self._tiles = TiledRenderer(self.model)
+        self._tiles = TiledRenderer(self.model, num_envs * max(1, model.ncam))
 
     def load_env(self, state: SimState, i: int) -> mujoco.MjData:
         """Env ``i`` of ``state`` (and its parameters) copied into the native MjData/MjModel, forwarded."""

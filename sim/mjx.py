@@ -137,7 +137,7 @@ class MjxPhysics(BatchedParamsPhysics):
             self._batched = tuple(f for f, t in self._params.tensors.items()
                                   if t.numel() and f not in ModelRandomizer.RENDER_ONLY)
             self._bind_params()
-        self._host_render = HostRenderer(model, self._params)
+        self._host_render = HostRenderer(model, num_envs, self._params)
         d = mujoco.MjData(model)
         mujoco.mj_resetData(model, d)
         mujoco.mj_forward(model, d)

@@ -78,7 +78,7 @@ class MujocoPhysics(Physics):
             self._models = [model] * num_envs
         self._pool = mujoco.rollout.Rollout(nthread=num_threads if num_threads > 1 else 0)
         self._out_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._tiles = TiledRenderer(model)
+        self._tiles = TiledRenderer(model, num_envs * max(1, model.ncam))
 
         sl = _component_slices(model, _FULL, [_S.mjSTATE_QPOS.value, _S.mjSTATE_QVEL.value])
         us = _component_slices(model, _USER, [_S.mjSTATE_CTRL.value, _S.mjSTATE_MOCAP_POS.value,

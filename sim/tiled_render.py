@@ -32,10 +32,13 @@ class TiledRenderer:
     Args:
         model: the model whose assets (meshes, textures) the GL context holds; per-env models passed to ``render``
             must share them (randomized copies of it).
+        max_tiles: tiles a buffer needs at most (num_envs x the model's cameras); fewer than the offscreen buffer
+            holds make a smaller buffer, cheaper to draw into when there are few envs (one arm's two cameras).
     """
 
-    def __init__(self, model: mujoco.MjModel) -> None:
+    def __init__(self, model: mujoco.MjModel, max_tiles: int | None = None) -> None:
         self.model = model
+        self.max_tiles = max_tiles
         self._renderers: dict[tuple[int, int], tuple[mujoco.Renderer, int, int]] = {}  # (w, h) -> (r, cols, rows)
         self._option = mujoco.MjvOption()
         self._cams: dict[str, mujoco.MjvCamera] = {}
@@ -48,6 +51,9 @@ class TiledRenderer:
             raise ValueError(f"images of {width}x{height} px do not fit the model's offscreen buffer "
                              f"({off.offwidth}x{off.offheight}): raise <visual><global offwidth=... offheight=...> in "
                              "its MJCF")
+        if self.max_tiles is not None and self.max_tiles < cols * rows:
+            cols = min(cols, self.max_tiles)
+            rows = -(-self.max_tiles // cols)
         return cols, rows
 
     def render(self, load: LoadEnv, env_ids: Sequence[int], cameras: Sequence[str], width: int,

@@ -112,7 +112,7 @@ class WarpPhysics(BatchedParamsPhysics):
                 if t.numel() and f not in ModelRandomizer.RENDER_ONLY:  # the model array: a view of the tensor
                     setattr(self.m, f, wp.from_torch(t, dtype=getattr(self.m, f).dtype))
         self.state = SimState(model, *(wp.to_torch(getattr(self.d, k)) for k in _VIEWED))
-        self._host_render = HostRenderer(model, self._params)
+        self._host_render = HostRenderer(model, num_envs, self._params)
         self._cuda = self.wp_device.is_cuda
         self._use_graphs = self._cuda and wp.is_mempool_enabled(self.wp_device) and \
             (wp.get_cuda_driver_version() or (0, 0)) >= _MIN_GRAPH_DRIVER
