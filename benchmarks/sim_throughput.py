@@ -9,8 +9,9 @@ For each model (so101_lift, and a humanoid-sized model) and N in 16, 64, 256, 10
 * threadpool- a Python thread pool calling ``mj_step`` per env (the alternative design we measured against);
 * sync      - gymnasium ``SyncVectorEnv`` over our single-env adapter (the usual way to batch gym envs).
 
-Rendered env-steps/s at 64x64 and 128x128 (front camera) are reported too. Every variant starts from the same
-states; each measurement is repeated and the best kept (these machines are noisy; ratios are what we compare).
+Rendered env-steps/s at 64x64 and 128x128 (front camera) are reported too, and images/s of the front and wrist
+cameras drawn as tiles of one GL pass (ours) vs one ``mujoco.Renderer`` call per image, for 1 and 16 envs. Every
+variant starts from the same states; each measurement is repeated and the best kept (these machines are noisy; ratios are what we compare).
 
     python benchmarks/sim_throughput.py            # full run, ~5 minutes on 2 cores
     python benchmarks/sim_throughput.py --quick    # N in 16, 64; shorter timings
@@ -195,6 +196,37 @@ def measure_render(task: str, n: int, size: int, budget: float) -> float:
     return n * iters / dt  # env-steps/s, one image per env-step
 
 
+def measure_tiles(n: int, size: int, budget: float) -> dict[str, float]:
+    """Images/s of so101_lift's front and wrist cameras for N envs in the same states: ours (``render_many``: tiles
+    of one GL pass) and one ``mujoco.Renderer.render`` call per image (what ours did before, and what a loop over
+    envs does)."""
+    from sim.tiled_render import OFF_FLAGS
+
+    cams = ["front", "wrist"]
+    cfg = task_config("so101_lift", {"cameras": cams, "image_width": size, "image_height": size})
+    env = make_env("so101_lift", SimConfig(num_envs=n, num_threads=THREADS), cfg)
+    env.reset(seed=0)
+    phys = env.physics
+    ref = mujoco.Renderer(phys.model, size, size)
+    for flag in OFF_FLAGS:
+        ref.scene.flags[flag] = 0
+
+    def one_call_each():
+        for i in range(n):
+            data = phys._load_env(i)[1]
+            for cam in cams:
+                ref.update_scene(data, camera=cam)
+                ref.render()
+
+    out = {}
+    for name, fn in (("tiles", lambda: phys.render_many(cams, size, size)), ("one_call_each", one_call_each)):
+        iters, dt = _timed(fn, budget, min_iters=2)
+        out[name] = len(cams) * n * iters / dt
+    ref.close()
+    env.close()
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="N in 16, 64 and short timings")
@@ -228,6 +260,8 @@ def main() -> None:
             print(f"{task:14s} N={n:5d} physics steps/s {row}", flush=True)
     render = {f"{s}x{s}": round(measure_render("so101_lift", 16, s, budget)) for s in (64, 128)}
     print("rendered env-steps/s (so101_lift, N=16, front camera):", render, flush=True)
+    tiles = {f"N={n}": {k: round(v, 1) for k, v in measure_tiles(n, 64, budget).items()} for n in (1, 16)}
+    print("64x64 images/s, front + wrist (tiles vs one render call each):", tiles, flush=True)
 
     goals, ratios = [], {}
     for task, res in results.items():
@@ -254,7 +288,11 @@ def main() -> None:
                               "noise); 1 - share is ours' per-step work outside the physics",
         "ratios": ratios,
         "rendered_env_steps_per_s_so101_lift_N16": render,
+        "images_per_s_64x64_front_wrist_so101_lift": tiles,
     }
+    for n, r in tiles.items():  # the tiled renderer against one call per image, in the same run
+        goals.append(goal(f"tiled_render_speedup_64x64_{n.replace('=', '')}", r["tiles"] / r["one_call_each"],
+                          1.0, ">="))
     path = write_result("sim_throughput", data, goals)
 
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.2), squeeze=False)
