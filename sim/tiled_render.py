@@ -65,6 +65,8 @@ class TiledRenderer:
         cam_ids = {c: self._camera_id(c) for c in cameras}
         out = {c: np.empty((len(env_ids), height, width, 3), dtype=np.uint8) for c in cameras}
         pending: dict[int, tuple[str, int]] = {}  # tile -> (camera, row of the output) drawn, not yet read back
+        # mujoco.Renderer's own GL and MjrContext (private attributes, checked with mujoco 4.0): the same buffer and
+        # settings as its render(), so tile 0 is its image bit for bit
         ctx = r._mjr_context
         r._gl_context.make_current()
         mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN.value, ctx)
