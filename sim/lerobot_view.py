@@ -230,11 +230,11 @@ class LeRobotView(VecEnv):
         h, w = self.image_size
         cams = list(self.cameras)
         if ids is None:
-            images = self.env.render_many(cams, w, h)
+            images = self.render_many(cams)
         else:
             images = {c: torch.zeros(self.num_envs, 3, h, w, dtype=torch.uint8) for c in cams}
             if ids.numel():
-                for c, img in self.env.render_many(cams, w, h, ids).items():
+                for c, img in self.render_many(cams, ids).items():
                     images[c][ids] = img
         for cam in cams:
             frame[keys.lerobot_image_key(cam)] = images[cam].to(self.device)
