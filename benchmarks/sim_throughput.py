@@ -11,7 +11,8 @@ For each model (so101_lift, and a humanoid-sized model) and N in 16, 64, 256, 10
 
 Rendered env-steps/s at 64x64 and 128x128 (front camera) are reported too, and images/s of the front and wrist
 cameras drawn as tiles of one GL pass (ours) vs one ``mujoco.Renderer`` call per image, for 1 and 16 envs. Every
-variant starts from the same states; each measurement is repeated and the best kept (these machines are noisy; ratios are what we compare).
+variant starts from the same states; each measurement is repeated and the best kept (these machines are noisy;
+ratios are what we compare).
 
     python benchmarks/sim_throughput.py            # full run, ~5 minutes on 2 cores
     python benchmarks/sim_throughput.py --quick    # N in 16, 64; shorter timings
