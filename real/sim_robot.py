@@ -178,8 +178,7 @@ class SO101SimRobot(Robot):
                 rad = view.env_obs[keys.PROPRIO][0]
                 robot_units = features.deg_to_robot(so101.rad_to_deg(rad.double()).float(), self.gripper_range)
                 obs: dict[str, Any] = features.dict_from_vector(robot_units)
-                images = view.render_many(list(self.cameras)) if self.cameras else {}
-                for cam, img in images.items():  # uint8 [1, 3, H, W] -> [H, W, 3]
+                for cam, img in view.render_many(list(self.cameras)).items():  # uint8 [1, 3, H, W] -> [H, W, 3]
                     obs[cam] = np.ascontiguousarray(img[0].permute(1, 2, 0).cpu().numpy())
                 self._obs = obs
             return dict(self._obs)

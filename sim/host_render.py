@@ -43,8 +43,7 @@ class HostRenderer:
     def render_many(self, state: SimState, cameras: list[str], width: int, height: int,
                     env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         ids = range(state.num_envs) if env_ids is None else env_ids.tolist()
-        frames = self._tiles.render(lambda i: (self.model, self.load_env(state, i)), ids, cameras, width, height)
-        return {c: torch.from_numpy(f).permute(0, 3, 1, 2).contiguous() for c, f in frames.items()}
+        return self._tiles.render_chw(lambda i: (self.model, self.load_env(state, i)), ids, cameras, width, height)
 
     def close(self) -> None:
         self._tiles.close()

@@ -149,8 +149,7 @@ class MujocoPhysics(Physics):
                     env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Randomized per-env models draw their own cameras and lights (same sizes and assets as the model)."""
         ids = range(self.num_envs) if env_ids is None else env_ids.tolist()
-        frames = self._tiles.render(self._load_env, ids, cameras, width, height)
-        return {c: torch.from_numpy(f).permute(0, 3, 1, 2).contiguous() for c, f in frames.items()}
+        return self._tiles.render_chw(self._load_env, ids, cameras, width, height)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         sd = {"state": torch.from_numpy(self._state.copy()), "user": torch.from_numpy(self._user.copy()),

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import mujoco
 import numpy as np
+import torch
 
 # Shadows, reflections and the skybox cost ~70 ms a frame on a CPU renderer (DESIGN.md §4).
 OFF_FLAGS = (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION, mujoco.mjtRndFlag.mjRND_SKYBOX)
@@ -58,7 +59,10 @@ class TiledRenderer:
 
     def render(self, load: LoadEnv, env_ids: Sequence[int], cameras: Sequence[str], width: int,
                height: int) -> dict[str, np.ndarray]:
-        """{camera: uint8 [len(env_ids), height, width, 3]}: each env loaded once, every camera drawn from it."""
+        """{camera: uint8 [len(env_ids), height, width, 3]}: each env loaded once, every camera drawn from it (no
+        camera: nothing loaded, {})."""
+        if not cameras:
+            return {}
         r, cols, rows = self._renderer(width, height)
         slots = cols * rows
         ncam = self.model.ncam
@@ -83,6 +87,12 @@ class TiledRenderer:
         if pending:
             self._read(r, pending, cols, width, height, out)
         return out
+
+    def render_chw(self, load: LoadEnv, env_ids: Sequence[int], cameras: Sequence[str], width: int,
+                   height: int) -> dict[str, torch.Tensor]:
+        """``render`` as {camera: uint8 tensor [len(env_ids), 3, height, width]} (the backends' image layout)."""
+        frames = self.render(load, env_ids, cameras, width, height)
+        return {c: torch.from_numpy(f).permute(0, 3, 1, 2).contiguous() for c, f in frames.items()}
 
     def close(self) -> None:
         for r, _, _ in self._renderers.values():

@@ -83,3 +83,20 @@ def test_clear_errors():
     with pytest.raises(ValueError, match="no camera named 'top'"):
         env.physics.render("top", 64, 64)
     env.close()
+
+
+def test_no_camera_loads_no_env_and_chw_layout_matches():
+    env = _env(3)
+    tiles, loaded = env.physics._tiles, []
+
+    def load(i):
+        loaded.append(i)
+        return env.physics._load_env(i)
+
+    assert tiles.render(load, range(3), [], 64, 64) == {} and loaded == []
+    hwc = tiles.render(load, range(3), CAMS, 64, 64)
+    chw = tiles.render_chw(load, range(3), CAMS, 64, 64)
+    for cam in CAMS:
+        assert chw[cam].shape == (3, 3, 64, 64) and chw[cam].dtype == torch.uint8
+        assert torch.equal(chw[cam], torch.from_numpy(hwc[cam]).permute(0, 3, 1, 2))
+    env.close()
