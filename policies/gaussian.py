@@ -93,8 +93,7 @@ class GaussianPolicy(Policy):
 
     def distribution(self, obs: dict[str, torch.Tensor] | torch.Tensor) -> torch.distributions.Normal:
         """The per-dimension Normal over actions [B, A]; sum ``log_prob`` over the last dim for the joint."""
-        mean = self(obs)
-        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+        return torch.distributions.Normal(*self.mean_std(obs))
 
     def mean_std(self, obs: dict[str, torch.Tensor] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """μ [B, A] and σ [B, A] without building a ``torch.distributions`` object (PPO's hot path: the object's
