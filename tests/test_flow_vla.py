@@ -32,7 +32,7 @@ CAMS = ["front", "wrist"]
 def _tiny_cfg(**kw) -> FlowVLAConfig:
     base = {"cameras": CAMS, "image_size": [32, 32], "horizon": 4, "executed_steps": 2, "conv_channels": [8, 16],
             "conv_strides": [2, 2], "image_feature_dim": 32, "text_dim": 16, "hidden_dim": 64, "num_blocks": 2,
-            "time_dim": 16, "random_shift": 2}
+            "time_dim": 16, "random_shift": 2, "flow_samples": 1}
     return FlowVLAConfig(**(base | kw))
 
 
@@ -163,6 +163,27 @@ def test_loss_is_zero_for_the_exact_velocity_and_uses_the_action_statistics():
     assert float(loss) == 0.0 and metrics["pad_fraction"] == pytest.approx(1 / 12)
     pol.model.velocity = lambda ctx, x, tt, cond: eps - a_norm + 1.0
     assert float(pol.loss(batch, noise=eps, time=t)[0]) == pytest.approx(1.0)
+
+
+def test_several_flow_samples_per_observation_equal_the_repeated_batch():
+    # K = 3 draws per observation == K = 1 on the batch with each sample repeated 3 times (row i·K + k is sample i's
+    # k-th draw, the pad mask follows it), with the same weights, noise and times
+    k, b = 3, 4
+    one, many = _policy(relative_actions=False), _policy(relative_actions=False, flow_samples=k)
+    many.load_state_dict(one.state_dict())
+    one.eval(), many.eval()
+    batch = _batch(b)
+    repeated = {key: (v.repeat_interleave(k, dim=0) if isinstance(v, torch.Tensor) else
+                      [x for x in v for _ in range(k)]) for key, v in batch.items()}
+    eps, t = torch.randn(b * k, 4, 6), torch.rand(b * k)
+    want, _ = one.loss(repeated, noise=eps, time=t)
+    got, metrics = many.loss(batch, noise=eps, time=t)
+    torch.testing.assert_close(got, want)
+    assert metrics["pad_fraction"] == pytest.approx(1 / 16)
+    # and the draws differ: a loss on the first draw only is not the same number
+    assert float(one.loss(batch, noise=eps[::k], time=t[::k])[0].detach()) != pytest.approx(float(got.detach()))
+    with pytest.raises(ValueError, match="flow_samples"):
+        _tiny_cfg(flow_samples=0)
 
 
 def test_relative_actions_normalise_the_chunk_minus_the_state_per_step():

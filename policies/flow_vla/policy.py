@@ -193,7 +193,8 @@ class FlowVLAPolicy(Policy):
             batch: ``observation.state`` [B, P] degrees, ``observation.images.<camera>`` [B, 3, H, W],
                 ``task`` list[str] of B, ``action`` [B, H, A] degrees, ``action_is_pad`` bool [B, H] (optional),
                 and ``CONDITION_KEY`` [B] (bool / float) when the config has conditioning.
-            noise: ε [B, H, A] (default N(0, I)); time: t [B] (default ``sample_time``), for reproducible tests.
+            noise: ε [B·K, H, A] (default N(0, I)); time: t [B·K] (default ``sample_time``), for reproducible
+                tests; K = ``cfg.flow_samples`` draws per observation, sample i's k-th at row i·K + k.
 
         Returns:
             (scalar loss, {"loss", "pad_fraction", "cond_dropped"}).
@@ -206,21 +207,23 @@ class FlowVLAPolicy(Policy):
                              f"[B, {cfg.horizon}, {cfg.action_dim}] chunks")
         is_pad = batch.get(keys.ACTION_IS_PAD)
         is_pad = None if is_pad is None else is_pad.to(self.device).bool().reshape(b, cfg.horizon)
-        a = self.normalize_actions(action, self._raw_state(batch, b))
+        k = cfg.flow_samples
+        a = self.normalize_actions(action, self._raw_state(batch, b)).repeat_interleave(k, dim=0)  # [B·K, H, A]
+        is_pad = None if is_pad is None else is_pad.repeat_interleave(k, dim=0)
         eps = torch.randn_like(a) if noise is None else noise.to(a)
-        t = sample_time(b, cfg.time_alpha, cfg.time_scale, cfg.time_offset, device=self.device) if time is None \
+        t = sample_time(b * k, cfg.time_alpha, cfg.time_scale, cfg.time_offset, device=self.device) if time is None \
             else time.to(a)
         cond, dropped = None, 0.0
         if cfg.conditioning:
             if CONDITION_KEY not in batch:
                 raise KeyError(f"the config has conditioning but the batch has no {CONDITION_KEY!r} "
                                f"(it has {sorted(batch)})")
-            cond = self._condition_ids(batch[CONDITION_KEY], b)
+            cond = self._condition_ids(batch[CONDITION_KEY], b).repeat_interleave(k)
             if self.training and cfg.cond_dropout > 0:
-                drop = torch.rand(b, device=self.device) < cfg.cond_dropout
+                drop = torch.rand(b * k, device=self.device) < cfg.cond_dropout
                 cond = torch.where(drop, COND_NONE, cond)
                 dropped = float(drop.float().mean())
-        context = self._encode(batch, augment=self.training)
+        context = self._encode(batch, augment=self.training).repeat_interleave(k, dim=0)
         v = self.model.velocity(context, interpolate(a, eps, t), t, cond)
         loss = flow_matching_loss(v, target_velocity(a, eps), is_pad)
         pad = 0.0 if is_pad is None else float(is_pad.float().mean())
