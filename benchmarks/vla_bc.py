@@ -53,14 +53,15 @@ VISUAL_DR = {"light_scale": [0.6, 1.2], "camera_pos_jitter": 0.01, "color_scale"
 CAMERAS = ("front", "wrist")
 IMAGE = 64
 # Training steps each method completes in 15 minutes of its own training loop on a quiet 2-core machine, from the
-# 12-minute pass of this benchmark of 2026-12-01 (results/vla_bc.json, "pass2": ours 3,400 steps, ACT 490, run one
-# after the other with nothing else running), scaled by 15/12. Step budgets make the comparison hold on a busy machine.
-QUIET_STEPS_15MIN = {"ours": 4250, "act": 612}
+# 15-minute pass of 2026-12-02 (results/vla_bc.json: ours 3,800 steps with flow_samples = 4 in 843 s, ACT 570 steps
+# in 825 s, run one after the other with nothing else running). Step budgets make the comparison hold on a busy
+# machine.
+QUIET_STEPS_15MIN = {"ours": 3800, "act": 570}
 SWAP = {"red": "green", "green": "blue", "blue": "red"}  # the instruction swap of so101_pick
 # Per-task collection settings. Reach demos go on after the target is reached (30 frames: the expert holds there)
 # instead of ending on success (~10 frames): ended demos show nothing of what to do near the target, and reach was
 # 8 % of the frames. Reach alone, 2,000 updates: 0.20 success with these vs 0.05-0.10 without (vla_bc.json,
-# "diagnostics_2026_12_02"). Evaluation still ends an episode on success.
+# "history" -> "diagnostics_2026_12_02"). Evaluation still ends an episode on success.
 COLLECT_OVERRIDES = {"so101_reach": ["task.terminate_on_success=false", "task.episode_length=30"]}
 
 
@@ -300,7 +301,7 @@ def main() -> None:
     p.add_argument("--ours-steps", type=int, default=QUIET_STEPS_15MIN["ours"],
                    help="ours: gradient steps (the cosine schedule spans them)")
     p.add_argument("--theirs-steps", type=int, default=QUIET_STEPS_15MIN["act"], help="LeRobot's: training steps")
-    p.add_argument("--select-executed", default="2,4,8",
+    p.add_argument("--select-executed", default="3,4,8",
                    help="ours: executed steps per chunk to choose from on validation seeds ('' to keep the policy's)")
     p.add_argument("--select-episodes", type=int, default=20, help="validation episodes per task and candidate")
     p.add_argument("--episodes", type=int, default=100, help="evaluation episodes per task")
