@@ -12,7 +12,7 @@ import torch
 from policies import ActionQueue, FlowVLAConfig, FlowVLAPolicy, keys, load_policy
 from policies.flow_vla import CONDITION_KEY
 from policies.flow_vla.config import RELATIVE_STATS_KEY
-from policies.flow_vla.encoders import PAD_ID, UNK_ID, build_vocab, tokenize, word_index
+from policies.flow_vla.encoders import PAD_ID, UNK_ID, ImageEncoder, SpatialSoftmax, build_vocab, tokenize, word_index
 from policies.flow_vla.flow import (
     euler_integrate,
     euler_times,
@@ -321,8 +321,26 @@ def test_conditioning_dropout_and_guidance():
     assert not torch.allclose(neg, outs[2.0])
 
 
-def test_save_load_round_trip_gives_identical_actions(tmp_path):
-    pol = _policy(conditioning=True, guidance_beta=1.5)
+def test_fine_keypoints_are_the_spatial_softmax_of_the_chosen_convs_map():
+    torch.manual_seed(0)
+    enc = ImageEncoder([4, 6, 8], [2, 2, 2], 16, 5, fine_from=1)
+    assert enc.proj[0].in_features == 2 * (8 + 6)  # (x, y) per channel of the last map and of conv 1's
+    x, task = torch.rand(2, 3, 32, 32), torch.randn(2, 5)
+    maps = {}
+    enc.convs[1].register_forward_hook(lambda m, i, out: maps.setdefault("conv1", out))
+    captured = {}
+    enc.proj.register_forward_hook(lambda m, i, out: captured.setdefault("in", i[0]))
+    enc(x, task)
+    # FiLM starts at identity, so conv 1's activation is ReLU(conv(h)); its keypoints are the last 12 inputs
+    fine = SpatialSoftmax()(enc.fine_maps(torch.relu(maps["conv1"])) / enc.log_temperature.exp())
+    torch.testing.assert_close(captured["in"][:, 16:], fine)
+    with pytest.raises(ValueError, match="fine_from"):
+        ImageEncoder([4, 6], [2, 2], 16, 5, fine_from=2)
+
+
+@pytest.mark.parametrize("fine", [False, True])
+def test_save_load_round_trip_gives_identical_actions(tmp_path, fine):
+    pol = _policy(conditioning=True, guidance_beta=1.5, fine_keypoints=fine)
     opt = torch.optim.Adam(pol.parameters(), lr=1e-3)
     for _ in range(2):
         loss, _ = pol.loss(_batch(4))

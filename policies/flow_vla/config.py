@@ -31,6 +31,11 @@ class FlowVLAConfig:
     conv_channels: list[int] = field(default_factory=lambda: [32, 32, 64, 64])  # output channels per conv
     conv_strides: list[int] = field(default_factory=lambda: [2, 2, 2, 1])  # stride per conv
     image_feature_dim: int = 128  # per-camera feature size after the keypoint projection
+    # Also keypoints from the second conv's map (16x16 at 64x64), for finer positions. vla_bc, 15 min each, 20
+    # validation episodes (reach / lift / push / pick): 0.40 / 0.70 / 0.55 / 0.25 with vs 0.10 / 0.80 / 0.60 / 0.40
+    # without (vla_bc.json, "fine_keypoints_trial"): reach gains, the others may lose; +20 % time per update. Off by
+    # default until a full pass decides.
+    fine_keypoints: bool = False
     # Pixels of training-time random translation of images (DrQ), 0: off. Off by default: where the action depends on
     # where things are in the image, a shift is label noise (a synthetic two-cube grounding task at 64x64 ended at a
     # 2x larger final-step error with 4 px than with none, 800 steps).

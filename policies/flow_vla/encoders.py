@@ -93,11 +93,16 @@ class ImageEncoder(nn.Module):
     3x3 convs, each followed by FiLM from the task vector, y = ReLU(conv(x)·(1 + γ) + β) (zero-initialised, so it
     starts as a plain CNN; RT-1's way of letting "red" vs "blue" pick which features the keypoints follow), then a
     1x1 conv to keypoint maps, spatial softmax with a learned temperature, Linear, LayerNorm. No normalisation
-    layers: on the CPU GroupNorm cost as much as the convs.
+    layers: on the CPU GroupNorm cost as much as the convs. ``fine_from`` = i also takes keypoints from the output
+    of conv i (a finer map: 16x16 for conv 1 at 64x64), concatenated before the Linear.
     """
 
-    def __init__(self, channels: list[int], strides: list[int], out_dim: int, task_dim: int) -> None:
+    def __init__(self, channels: list[int], strides: list[int], out_dim: int, task_dim: int,
+                 fine_from: int | None = None) -> None:
         super().__init__()
+        if fine_from is not None and not 0 <= fine_from < len(channels):
+            raise ValueError(f"fine_from must index one of the {len(channels)} convs, got {fine_from}")
+        self.fine_from = fine_from
         c_in = 3
         self.convs, self.films = nn.ModuleList(), nn.ModuleList()
         for c_out, stride in zip(channels, strides, strict=True):
@@ -107,17 +112,21 @@ class ImageEncoder(nn.Module):
             nn.init.zeros_(self.films[-1].bias)
             c_in = c_out
         self.keypoint_maps = nn.Conv2d(c_in, c_in, 1)
+        fine = 0 if fine_from is None else channels[fine_from]
+        self.fine_maps = nn.Conv2d(fine, fine, 1) if fine else None
         self.log_temperature = nn.Parameter(torch.zeros(()))
         self.keypoints = SpatialSoftmax()
-        self.proj = nn.Sequential(nn.Linear(2 * c_in, out_dim), nn.LayerNorm(out_dim))
+        self.proj = nn.Sequential(nn.Linear(2 * (c_in + fine), out_dim), nn.LayerNorm(out_dim))
 
     def forward(self, images: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        h = images
-        for conv, film in zip(self.convs, self.films, strict=True):
+        h, points = images, []
+        temperature = self.log_temperature.exp()
+        for i, (conv, film) in enumerate(zip(self.convs, self.films, strict=True)):
             gamma, beta = film(task)[:, :, None, None].chunk(2, dim=1)
             h = torch.relu_(torch.addcmul(beta, conv(h), 1.0 + gamma))
-        maps = self.keypoint_maps(h) / self.log_temperature.exp()
-        return self.proj(self.keypoints(maps))
+            if i == self.fine_from:
+                points.append(self.keypoints(self.fine_maps(h) / temperature))
+        return self.proj(torch.cat([self.keypoints(self.keypoint_maps(h) / temperature), *points], dim=-1))
 
 
 def to_unit_range(images: torch.Tensor) -> torch.Tensor:

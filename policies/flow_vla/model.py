@@ -42,8 +42,9 @@ class FlowVLAModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         d = cfg.hidden_dim
+        fine = 1 if cfg.fine_keypoints else None
         self.images = nn.ModuleDict({cam: ImageEncoder(cfg.conv_channels, cfg.conv_strides, cfg.image_feature_dim,
-                                                       cfg.text_dim) for cam in cfg.cameras})
+                                                       cfg.text_dim, fine) for cam in cfg.cameras})
         self.text = TextEncoder(len(cfg.vocab), cfg.max_words, cfg.text_dim)
         ctx_in = len(cfg.cameras) * cfg.image_feature_dim + cfg.text_dim + cfg.state_dim
         self.context = nn.Sequential(nn.Linear(ctx_in, d), nn.SiLU(), nn.Linear(d, d))
