@@ -70,7 +70,8 @@ class FlowVLAConfig:
     # dataset's statistics of that difference) instead of as absolute targets; the policy's input and output stay
     # absolute targets in degrees (LeRobot's action), only the expert's space changes. Needs state and action to be
     # the same joints in the same order (checked against their names when known). Off by default: the one benchmark
-    # pass with it on (together with a raised front camera, so not isolated) was worse (vla_bc.json, "history" -> "pass3_relative_actions_raised_camera").
+    # pass with it on (together with a raised front camera, so not isolated) was worse (vla_bc.json, "history" ->
+    # "pass3_relative_actions_raised_camera").
     relative_actions: bool = False
 
     def __post_init__(self) -> None:
