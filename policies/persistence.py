@@ -101,6 +101,8 @@ def load_policy_as(cls: Any, path: str | Path, device: str | torch.device = "cpu
     raw = read_config(path)
     if raw.pop("type", cls.type_name) != cls.type_name:
         raise PolicyFileError(path / CONFIG_FILE, f"is not a {cls.type_name!r} policy")
+    for key, value in getattr(cls.config_class, "ABSENT_KEY_DEFAULTS", {}).items():
+        raw.setdefault(key, value)  # a file written before the option existed: built without it
     try:
         cfg = config_from_dict(cls.config_class, raw)
         with torch.device("meta"):  # shapes and dtypes only: a config asking for huge layers allocates nothing

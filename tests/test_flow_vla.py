@@ -4,6 +4,7 @@ ActionQueue with task strings."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -340,7 +341,9 @@ def test_fine_keypoints_are_the_spatial_softmax_of_the_chosen_convs_map():
 
 @pytest.mark.parametrize("fine", [False, True])
 def test_save_load_round_trip_gives_identical_actions(tmp_path, fine):
-    pol = _policy(conditioning=True, guidance_beta=1.5, fine_keypoints=fine)
+    pol = _policy(conditioning=True, guidance_beta=1.5, fine_keypoints=fine, conv_channels=[8, 8, 16],
+                  conv_strides=[2, 2, 2])
+    assert (pol.model.images[CAMS[0]].fine_from is not None) == fine
     opt = torch.optim.Adam(pol.parameters(), lr=1e-3)
     for _ in range(2):
         loss, _ = pol.loss(_batch(4))
@@ -358,6 +361,20 @@ def test_save_load_round_trip_gives_identical_actions(tmp_path, fine):
     noise = torch.randn(3, 4, 6)
     assert torch.equal(back.act(frame, noise=noise), pol.act(frame, noise=noise))
     # (loadable without training code: policies/ imports nothing of robot_rl, tests/test_import_direction.py)
+
+
+def test_a_config_saved_before_fine_keypoints_existed_loads_without_them(tmp_path):
+    pol = _policy(fine_keypoints=False, conv_channels=[8, 8, 16], conv_strides=[2, 2, 2]).eval()
+    pol.save(tmp_path / "vla")
+    cfg_file = tmp_path / "vla" / "config.json"
+    raw = json.loads(cfg_file.read_text())
+    del raw["fine_keypoints"]  # as written before the option existed
+    cfg_file.write_text(json.dumps(raw))
+    back = load_policy(tmp_path / "vla")
+    assert back.cfg.fine_keypoints is False and FlowVLAConfig().fine_keypoints is True
+    frame = {k: v for k, v in _batch(2, uint8=True).items() if k != keys.ACTION_COL}
+    noise = torch.randn(2, 4, 6)
+    assert torch.equal(back.act(frame, noise=noise), pol.act(frame, noise=noise))
 
 
 def test_runs_through_an_action_queue_with_task_strings():

@@ -42,7 +42,7 @@ class FlowVLAModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         d = cfg.hidden_dim
-        fine = 1 if cfg.fine_keypoints else None
+        fine = 1 if cfg.fine_keypoints and len(cfg.conv_channels) > 2 else None  # 2 convs: conv 1 is the last
         self.images = nn.ModuleDict({cam: ImageEncoder(cfg.conv_channels, cfg.conv_strides, cfg.image_feature_dim,
                                                        cfg.text_dim, fine) for cam in cfg.cameras})
         self.text = TextEncoder(len(cfg.vocab), cfg.max_words, cfg.text_dim)
