@@ -88,6 +88,12 @@ class ModelRandomizer:
             & (nominal.actuator_biastype == mujoco.mjtBias.mjBIAS_AFFINE)
             & np.isclose(nominal.actuator_biasprm[:, 1], -nominal.actuator_gainprm[:, 0]))
         self.movable_bodies = np.arange(1, nominal.nbody)  # not the world
+        # MuJoCo's renderer colours a geom with a material by the material's rgba unless the geom's own rgba differs
+        # from the default (0.5, 0.5, 0.5, 1): scaling that default turns it into an override that paints the geom
+        # grey (every textured or material-coloured surface went grey and dark). Those geoms are tinted through their
+        # material's rgba instead; the draws stay the same, so a seed gives the same colours to the others.
+        default_rgba = np.isclose(nominal.geom_rgba, [0.5, 0.5, 0.5, 1.0]).all(axis=1)
+        self.material_coloured_geoms = np.flatnonzero((nominal.geom_matid >= 0) & default_rgba)
 
     def sample(self, num: int, gen: torch.Generator) -> dict[str, np.ndarray]:
         """float64 values ``[num, *field_shape]`` of every field in ``FIELDS``, one row per env."""
@@ -120,7 +126,10 @@ class ModelRandomizer:
         out["light_diffuse"] = np.clip(out["light_diffuse"] * u(cfg.light_scale, num)[:, None, None], 0.0, 1.0)
         for f in self.RENDER_ONLY:
             if list(cfg.color_scale) != [1.0, 1.0] and len(nom[f]):
-                out[f][:, :, :3] = np.clip(out[f][:, :, :3] * u(cfg.color_scale, num, len(nom[f]), 3), 0.0, 1.0)
+                scale = u(cfg.color_scale, num, len(nom[f]), 3)
+                if f == "geom_rgba":
+                    scale[:, self.material_coloured_geoms] = 1.0
+                out[f][:, :, :3] = np.clip(out[f][:, :, :3] * scale, 0.0, 1.0)
         return out
 
 

@@ -126,6 +126,21 @@ def test_colors_are_randomized_for_the_renderer_only():
     assert (frames[0][0] - frames[2][0]).abs().mean() > 1.0 and (frames[0][0] - frames[0][1]).abs().mean() > 1.0
 
 
+def test_colour_scales_near_one_render_the_nominal_scene():
+    # A geom coloured by its material keeps MuJoCo's default rgba, which the renderer reads as "use the material";
+    # scaling it made it an override that painted the table, arm and cubes grey (images ~45 % darker at scale ~1).
+    near, plain = _env(seed=3, n=2, color_scale=[0.999, 1.0]), _env(seed=3, n=2)
+    near.reset(seed=3)
+    plain.load_state_dict(near.state_dict())  # the same scene on the nominal model
+    nominal = plain.physics.model
+    by_material = (nominal.geom_matid >= 0) & np.isclose(nominal.geom_rgba, [0.5, 0.5, 0.5, 1.0]).all(axis=1)
+    assert by_material.any()  # the scene has such geoms (the table, the arm's parts)
+    np.testing.assert_array_equal(near.physics._models[0].geom_rgba[by_material], nominal.geom_rgba[by_material])
+    for cam in ("front", "wrist"):
+        a, b = (e.render(camera=cam, width=48, height=48).float() for e in (near, plain))
+        assert (a - b).abs().mean() < 1.0, cam  # grey overrides gave ~40-55 levels of 255
+
+
 @pytest.mark.parametrize("bad", [{"friction": [1.5, 0.5]}, {"obs_noise": -1.0}, {"action_latency": [0]}])
 def test_bad_ranges_are_refused(bad):
     with pytest.raises(ValueError, match="randomization"):
