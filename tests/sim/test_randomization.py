@@ -1,5 +1,8 @@
 """Domain randomization changes the model parameters per env, is seeded, and survives a state_dict round trip."""
 
+import copy
+
+import mujoco
 import numpy as np
 import pytest
 import torch
@@ -139,6 +142,49 @@ def test_colour_scales_near_one_render_the_nominal_scene():
     for cam in ("front", "wrist"):
         a, b = (e.render(camera=cam, width=48, height=48).float() for e in (near, plain))
         assert (a - b).abs().mean() < 1.0, cam  # grey overrides gave ~40-55 levels of 255
+
+
+def test_mass_randomization_recomputes_the_models_derived_constants():
+    env = _env(seed=0, n=2, mass=[0.75, 1.3])
+    env.reset(seed=0)
+    again = _env(seed=5, n=2, mass=[0.75, 1.3])
+    again.reset(seed=5)
+    again.load_state_dict(env.state_dict())  # a resumed run rebuilds them too
+    nominal = _env().physics.model
+    for m in (env.physics._models[0], again.physics._models[0]):
+        ref = copy.copy(m)
+        mujoco.mj_setConst(ref, mujoco.MjData(ref))
+        assert not np.allclose(m.body_subtreemass, nominal.body_subtreemass)  # masses really moved
+        for f in ("body_subtreemass", "body_invweight0", "dof_invweight0", "actuator_acc0"):
+            np.testing.assert_allclose(getattr(m, f), getattr(ref, f), rtol=1e-9, err_msg=f)
+
+
+def test_com_offset_moves_every_bodys_centre_of_mass():
+    # The compiler marks bodies whose inertial frame is the body frame; the kinematics then ignored body_ipos (the
+    # cube's offset had no effect) and mj_setConst refused the model.
+    env = _env(seed=0, n=1, com_offset=0.01)
+    env.reset(seed=0)
+    m, nominal = env.physics._models[0], _env().physics.model
+    d, d0 = mujoco.MjData(m), mujoco.MjData(nominal)
+    mujoco.mj_forward(m, d)
+    mujoco.mj_forward(nominal, d0)  # both at qpos0: same body frames
+    np.testing.assert_allclose(d.xpos, d0.xpos)
+    moved = np.linalg.norm(d.xipos - d0.xipos, axis=1)[1:]
+    assert (moved > 1e-4).all(), moved
+
+
+def test_mass_randomization_keeps_the_simulation_stable():
+    # With the nominal model's invweight0 the contacts' softness no longer matched the masses: under random actions
+    # the cube was flung (a reach reward of -119, i.e. >100 m away; |qvel| 581) and FlashSAC never learned the task.
+    env = make_env("so101_lift", SimConfig(num_envs=64, num_threads=1, seed=0,
+                                           randomization=RandomizationConfig(mass=[0.75, 1.3])))
+    env.reset(seed=0)
+    g = torch.Generator().manual_seed(0)
+    worst, fastest = 0.0, 0.0
+    for _ in range(600):
+        _, r, *_ = env.step(torch.rand(64, env.action_dim, generator=g) * 2 - 1)
+        worst, fastest = min(worst, float(r.min())), max(fastest, float(env.physics.state.qvel.abs().max()))
+    assert worst > -10.0 and fastest < 100.0, (worst, fastest)
 
 
 @pytest.mark.parametrize("bad", [{"friction": [1.5, 0.5]}, {"obs_noise": -1.0}, {"action_latency": [0]}])
