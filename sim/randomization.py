@@ -9,6 +9,10 @@ backend keeps one ``MjModel`` per randomized env (``mujoco.rollout`` takes a mod
     sim.randomization.friction=[0.7,1.3] sim.randomization.action_latency=[0,2] sim.randomization.obs_noise=0.01
     sim.randomization.camera_pos_jitter=0.01 sim.randomization.light_scale=[0.5,1] sim.randomization.color_scale=[0.6,1]
 
+Masses and inertias have constants derived from them at compile time (``mj_setConst``: invweight0, which sets the
+contacts' softness, subtree masses, actuator_acc0). The CPU backend recomputes them per env after every draw (without
+that, mass scales flung objects); the batched backends (mjx, warp) still use the nominal model's, a known gap.
+
 Colours (``color_scale``: geom and material RGB, so textures are tinted) only reach the renderer: every backend
 renders on MuJoCo's CPU renderer from a per-env model, so they work on all of them; the device backends keep
 those two fields out of their physics model.
