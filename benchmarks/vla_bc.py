@@ -54,8 +54,8 @@ CAMERAS = ("front", "wrist")
 IMAGE = 64
 # Training steps each method completes in 15 minutes of its own training loop on a quiet 2-core machine, from the
 # 15-minute pass of 2026-12-02 (results/vla_bc.json: ours 3,800 steps with flow_samples = 4 in 843 s, ACT 570 steps
-# in 825 s, run one after the other with nothing else running). Step budgets make the comparison hold on a busy
-# machine.
+# in 825 s, run one after the other with nothing else running; with the 16x16 keypoints the same rate: 3,100 in 687 s).
+# Step budgets make the comparison hold on a busy machine.
 QUIET_STEPS_15MIN = {"ours": 3800, "act": 570}
 SWAP = {"red": "green", "green": "blue", "blue": "red"}  # the instruction swap of so101_pick
 # Per-task collection settings. Reach demos go on after the target is reached (30 frames: the expert holds there)

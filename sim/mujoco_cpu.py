@@ -54,6 +54,7 @@ def movable_centres_of_mass(model: mujoco.MjModel) -> None:
     model.body_simple[1:] = 0
     model.dof_simplenum[:] = 0
 
+
 class MujocoPhysics(Physics):
     """Batched native MuJoCo on the CPU."""
 
