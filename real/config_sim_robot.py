@@ -35,8 +35,10 @@ class SO101SimRobotConfig(RobotConfig):
     # one per motor name ({"shoulder_pan": 5.0, ...}); None: no cap beyond the simulated servo's own speed.
     max_relative_target: float | dict[str, float] | None = None
     # A get_observation more than this many seconds after the last send_action starts a new scene: what LeRobot's
-    # recorders do between episodes (saving one) is a person resetting the scene. None: never.
-    idle_reset_s: float | None = 0.5
+    # recorders do between episodes (saving one) is a person resetting the scene. None: never. Measured with
+    # lerobot-record at 30 fps (2 cameras, 128x96): inside its loop the gap is at most 0.025 s; saving a 1.5 s
+    # episode takes 0.38-0.44 s, so the 0.5 s this was before missed it (CI, 2026-12-02).
+    idle_reset_s: float | None = 0.2
     # Control steps after which the scene's task counts as timed out and the next send_action starts a new scene;
     # None: no time limit (LeRobot's episode_time_s bounds episodes).
     time_limit_steps: int | None = None

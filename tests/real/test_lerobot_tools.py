@@ -64,7 +64,7 @@ def test_lerobot_record_writes_episodes_robot_rl_offline_trains_on(tmp_path):
                  f"--dataset.root={root}", "--dataset.repo_id=local/so101_sim_demos",
                  "--dataset.single_task=Pick up the red cube and lift it.", "--dataset.num_episodes=2",
                  "--dataset.push_to_hub=false", "--dataset.episode_time_s=1.5", "--dataset.reset_time_s=0.3",
-                 "--play_sounds=false"], tmp_path)
+                 "--play_sounds=false", "--robot.idle_reset_s=0.1"], tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     info = json.loads((root / "meta" / "info.json").read_text())
