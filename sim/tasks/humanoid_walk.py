@@ -128,6 +128,14 @@ def quat_rotate_inverse(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return v * (2.0 * w**2 - 1.0) - 2.0 * w * torch.linalg.cross(u, v) + 2.0 * u * torch.sum(u * v, dim=1, keepdim=True)
 
 
+def projected_gravity(q: torch.Tensor) -> torch.Tensor:
+    """World down (0, 0, -1) in the frame of unit quaternion q [N, 4] (w, x, y, z): minus the third row of q's
+    rotation matrix, ``quat_rotate_inverse(q, down)`` in closed form (a third of the tensor ops; tasks read it
+    every step)."""
+    w, x, y, z = q.unbind(dim=1)
+    return torch.stack((2.0 * (w * y - x * z), -2.0 * (y * z + w * x), 2.0 * (x * x + y * y) - 1.0), dim=1)
+
+
 class HumanoidWalkTask(Task):
     name = "humanoid_walk"
     instruction = "Walk at the commanded velocity."
@@ -174,6 +182,17 @@ class HumanoidWalkTask(Task):
         self.qpos_idx = torch.as_tensor(model.jnt_qposadr[jids], device=device)
         self.qvel_idx = torch.as_tensor(model.jnt_dofadr[jids], device=device)
         self.base_qpos_adr, self.base_dof_adr = self.robot.base_dofs(model)
+        # Columns of sensordata read every step, gathered in one indexing op each: the contact sensors' "found"
+        # counts (summed per foot through a [sensors, feet] 0/1 matrix) and the feet's xy velocities.
+        def col(name: str) -> int:
+            return int(model.sensor(name).adr[0])
+
+        self.contact_cols = torch.as_tensor([col(f"foot{i}_contact{j}") for i, geoms in enumerate(self.contact_geoms)
+                                             for j in range(len(geoms))], device=device)
+        foot_of = torch.as_tensor([i for i, geoms in enumerate(self.contact_geoms) for _ in geoms])
+        self.contact_to_foot = torch.nn.functional.one_hot(foot_of, self.num_feet).float().to(device)
+        self.foot_vel_cols = torch.as_tensor([col(f"foot{i}_lin_vel") + k for i in range(self.num_feet)
+                                              for k in range(2)], device=device)
         self.home_qpos = torch.as_tensor(self.robot.default_qpos(model), dtype=torch.float32, device=device)
         self.default_q = self.home_qpos[self.qpos_idx]
         self.action_scale = torch.as_tensor(self.robot.joint_action_scale(self.joint_names), dtype=torch.float32,
@@ -206,7 +225,6 @@ class HumanoidWalkTask(Task):
         self.rng = torch.Generator(device=device)
         self.rng.manual_seed(0)
         self.device = torch.device(device)
-        self.down = torch.tensor([0.0, 0.0, -1.0], device=device)
         c = self.cfg  # uniform noise half-widths, in the order of the policy observation
         self.noise_scale = torch.tensor([c.noise_lin_vel] * 3 + [c.noise_ang_vel] * 3 + [c.noise_gravity] * 3
                                         + [c.noise_joint_pos] * a + [c.noise_joint_vel] * a + [0.0] * (a + 3),
@@ -287,14 +305,13 @@ class HumanoidWalkTask(Task):
     # ------------------------------------------------------------------------------------- observations
     def _base(self, state: SimState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Base linear velocity, angular velocity (base frame) and unit gravity in the base frame, [N, 3] each."""
-        quat = state.sensor("base_quat").float()
-        gravity_b = quat_rotate_inverse(quat, self.down.expand(quat.shape[0], 3))
+        gravity_b = projected_gravity(state.sensor("base_quat").float())
         return state.sensor("base_lin_vel").float(), state.sensor("base_ang_vel").float(), gravity_b
 
     def _contact(self, state: SimState) -> torch.Tensor:
-        """[N, feet] 1.0 where the foot touches the floor."""
-        return torch.cat([sum(state.sensor(f"foot{i}_contact{j}")[:, :1] for j in range(len(geoms))) > 0
-                          for i, geoms in enumerate(self.contact_geoms)], dim=1).float()
+        """[N, feet] 1.0 where the foot touches the floor (any of its geoms' contact sensors found one)."""
+        found = state.sensordata[:, self.contact_cols].float() @ self.contact_to_foot  # counts are >= 0
+        return (found > 0).float()
 
     def observations(self, state: SimState) -> Obs:
         lin_vel, ang_vel, gravity = self._base(state)
@@ -318,7 +335,7 @@ class HumanoidWalkTask(Task):
         first_contact = contact * (self.air_time > 0)
         air = feet_air_time(self.air_time, first_contact, self.command, self.cfg.air_time_threshold)
         self.air_time.add_(self.control_dt).mul_(1.0 - contact)
-        foot_vel = torch.stack([state.sensor(f"foot{i}_lin_vel")[:, :2].float() for i in range(self.num_feet)], dim=1)
+        foot_vel = state.sensordata[:, self.foot_vel_cols].float().view(-1, self.num_feet, 2)
         fallen = self._fallen(state, gravity)
         return {
             "track_lin_vel_xy_exp": track_lin_vel_xy_exp(self.command, lin_vel, self.cfg.lin_vel_std),

@@ -141,3 +141,28 @@ def test_reward_kernels_by_hand():
     q90 = torch.tensor([[math.cos(math.pi / 4), 0.0, math.sin(math.pi / 4), 0.0]])
     g = hw.quat_rotate_inverse(q90, torch.tensor([[0.0, 0.0, -1.0]]))
     assert g.tolist()[0] == pytest.approx([1.0, 0.0, 0.0], abs=1e-6)
+    # the closed form the task uses, by hand (the same pitch) and against the general rotation on random rotations
+    assert hw.projected_gravity(q90).tolist()[0] == pytest.approx([1.0, 0.0, 0.0], abs=1e-6)
+    rand = torch.nn.functional.normalize(torch.randn(64, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    down = torch.tensor([[0.0, 0.0, -1.0]]).expand(64, 3)
+    torch.testing.assert_close(hw.projected_gravity(rand), hw.quat_rotate_inverse(rand, down))
+
+
+def test_gathered_contacts_and_foot_velocities_match_the_named_sensors():
+    """The task reads contacts and foot velocities through precomputed sensordata columns; they must be the named
+    sensors' readings, on states where feet touch and leave the floor (a falling, randomly driven humanoid)."""
+    env = _env(8, init_joint_noise=0.3)
+    env.reset(seed=0)
+    task, state = env.task, env.physics.state
+    g = torch.Generator().manual_seed(0)
+    touched = left = 0
+    for _ in range(40):
+        env.step(torch.rand(8, env.action_dim, generator=g) * 2 - 1)
+        named = torch.cat([sum(state.sensor(f"foot{i}_contact{j}")[:, :1] for j in range(len(geoms))) > 0
+                           for i, geoms in enumerate(task.contact_geoms)], dim=1).float()
+        assert torch.equal(task._contact(state), named)
+        touched, left = touched + int(named.sum()), left + int((named == 0).sum())
+        vel = torch.stack([state.sensor(f"foot{i}_lin_vel")[:, :2].float() for i in range(task.num_feet)], dim=1)
+        gathered = state.sensordata[:, task.foot_vel_cols].float().view(-1, task.num_feet, 2)
+        assert torch.equal(gathered, vel)
+    assert touched > 0 and left > 0  # both cases were seen
