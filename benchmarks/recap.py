@@ -20,17 +20,15 @@
 
     python benchmarks/recap.py                  # the full run (sized to issue 15: hours on 2 CPU cores)
     python benchmarks/recap.py --smoke --out /tmp/recap_smoke   # minutes: proves every stage end to end
-    # the committed recap.json (degraded episodes with every flaw), built up in steps:
-    python benchmarks/recap.py --seeds 1 --steps 3000 --value-steps 1500 --loop-rounds 0 --out /tmp/recap_out
-    python benchmarks/recap.py --extend --methods recap_oracle --seeds 1 --steps 3000 --value-steps 1500 \
-        --loop-rounds 0 --out /tmp/recap_out
-    python benchmarks/recap.py --extend --methods recap_balanced,recap_oracle_balanced --seeds 1 --steps 3000 \
-        --value-steps 1500 --loop-rounds 0 --out /tmp/recap_out
-    python benchmarks/recap.py --extend --methods '' --seeds 1 --steps 3000 --value-steps 1500 --loop-rounds 2 \
-        --loop-episodes 60 --loop-method recap_balanced --loop-beta 2.5 --loop-warm-start --out /tmp/recap_out
-    # the committed recap_q05.json (each flaw of a degraded episode on with probability 0.5; the expert episodes
-    # are recap.json's, so its bc_expert applies), collected and trained in one go, then (interrupted after
-    # recap_balanced) finished with --skip-collect --reuse-runs:
+    # the committed recap.json (degraded episodes with every flaw; 2026-12-02, after the randomization fixes):
+    python benchmarks/recap.py --methods recap_balanced,awr,bc,bc_expert,recap_oracle_balanced --seeds 1 \
+        --steps 3000 --value-steps 1500 --loop-rounds 2 --loop-episodes 60 --loop-method recap_balanced \
+        --loop-beta 2.5 --loop-warm-start --work /tmp/recap_new --out /tmp/recap_out
+    python benchmarks/recap.py --extend --methods recap_balanced_top --seeds 1 --steps 3000 --value-steps 1500 \
+        --loop-rounds 0 --work /tmp/recap_new --out /tmp/recap_out
+    # the committed recap_q05.json (each flaw of a degraded episode on with probability 0.5; run before the
+    # randomization fixes of 2026-12-02, its expert episodes were the previous recap.json's), collected and trained
+    # in one go, then (interrupted after recap_balanced) finished with --skip-collect --reuse-runs:
     python benchmarks/recap.py --degraded-quality 0.5 --methods recap,recap_balanced_short,recap_balanced,bc \
         --seeds 1 --steps 3000 --value-steps 1500 --loop-rounds 0 --work /tmp/recap_q05 --name recap_q05 \
         --out /tmp/recap_q05_out
@@ -41,7 +39,8 @@
 Measured (1 seed, 2 cores, nothing else heavy beside it; a quiet machine): collecting 300 + 50 episodes 6.5 min
 (degraded episodes 1.4 s each, expert 0.5 s); per 3000-step run 4-8 min (a policy step ~0.08 s, a value step
 0.12 s: RECAP's 1500 value steps 3 min + labelling 20 s); 100 evaluation episodes 16-25 s; the loop ~9 min per round
-with 60 episodes. (Other sessions' machines ran the same work 2-3x slower: 14-17 min per 3000-step run on
+with 60 episodes; on 2026-12-02 (a faster machine) collecting took 4.4 min, a 3000-step run 5-7 min, the two loop
+rounds 15 min. (Other sessions' machines ran the same work 2-3x slower: 14-17 min per 3000-step run on
 2026-12-01.) ``--smoke`` (tiny sizes) proves every stage in ~20 min.
 
 Writes ``NAME.json`` + ``NAME.png`` (+ ``NAME_bc.mp4``, ``NAME_<recap variant>.mp4``; ``--name``, default recap) into
@@ -81,9 +80,13 @@ METHODS = ("bc", "recap", "awr", "bc_expert")  # recap before awr: awr reuses it
 # recap_balanced_short: recap_balanced relabelled with a short N-step advantage (--short-n-step; the same value
 # model): at N = 50 a degraded episode's pauses are labelled positive as often as its moving frames (the advantage
 # over 50 frames is mostly the episode's outcome), at N = 3 they are mostly negative.
-KNOWN_METHODS = (*METHODS, "recap_oracle", "recap_balanced", "recap_oracle_balanced", "recap_balanced_short")
-FAMILIES = ("bc", "awr", "recap", "recap_balanced", "recap_oracle", "recap_oracle_balanced", "recap_balanced_short")
-LEARNED_LABELS = ("recap", "recap_balanced", "recap_balanced_short")  # RECAP variants whose labels are the value's
+# recap_balanced_top: recap_balanced relabelled with a smaller positive fraction (--top-fraction; the same value
+# model): the expert's frames are ~10 % of the mixed data, so at the default 30 % at most a third of the positives
+# can be the expert's (recap.json's label_quality: 20 %).
+RELABELLED = ("recap_balanced_short", "recap_balanced_top")  # recap_balanced's value model, labels recomputed
+KNOWN_METHODS = (*METHODS, "recap_oracle", "recap_balanced", "recap_oracle_balanced", *RELABELLED)
+FAMILIES = ("bc", "awr", "recap", "recap_balanced", "recap_oracle", "recap_oracle_balanced", *RELABELLED)
+LEARNED_LABELS = ("recap", "recap_balanced", *RELABELLED)  # RECAP variants whose labels are the value's
 EVAL_SEED = 900_000  # evaluation episode i of seed s: EVAL_SEED + 1000 s + i, the same for every method
 SMOKE = {"episodes": 12, "heldout": 4, "steps": 20, "value_steps": 20, "seeds": 1, "eval_episodes": 4,
          "num_envs": 4, "loop_rounds": 1, "loop_episodes": 4, "betas": "1.0,2.0", "video": False}
@@ -342,6 +345,8 @@ def main() -> None:
                    help="each round fine-tunes the last round's policy instead of training from scratch")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--short-n-step", type=int, default=3, help="N of recap_balanced_short's advantage (frames)")
+    p.add_argument("--top-fraction", type=float, default=0.1,
+                   help="share of frames labelled positive by recap_balanced_top (algo.labels.positive_fraction)")
     p.add_argument("--positive-share", type=float, default=0.5,
                    help="share of each batch drawn from positive frames by the *_balanced methods")
     p.add_argument("--extra", nargs="*", default=["algo.lr_schedule=cosine", "algo.warmup_updates=200"],
@@ -425,9 +430,9 @@ def main() -> None:
                 if source is None:
                     raise RuntimeError(f"{m} needs RECAP's value model of seed {seed} first (--methods recap,{m})")
                 oracle_labels(source, run_dir, n_expert)
-            elif m in ("awr", "recap_balanced", "recap_balanced_short") and source is not None:
+            elif m in ("awr", "recap_balanced", *RELABELLED) and source is not None:
                 run_dir.mkdir(parents=True)  # the same value model (and labels but for N) as RECAP's run
-                for sub in ("value",) if m == "recap_balanced_short" else ("value", "labels"):
+                for sub in ("value",) if m in RELABELLED else ("value", "labels"):
                     shutil.copytree(source / sub, run_dir / sub)
             if m == "bc_expert":
                 extra.append("dataset.episodes=[" + ",".join(map(str, expert_episodes(mixed, n_expert))) + "]")
@@ -499,9 +504,11 @@ def _evaluate_run(data: dict[str, Any], a: argparse.Namespace, m: str, rec: dict
 
 
 def _variant_overrides(method: str, a: argparse.Namespace) -> list[str]:
-    """The RECAP settings a method's name stands for: positive-balanced batches, a short N-step advantage."""
+    """The RECAP settings a method's name stands for: positive-balanced batches, a short N-step advantage, a
+    smaller positive fraction."""
     out = [f"algo.recap.positive_share={a.positive_share}"] if "_balanced" in method else []
-    return out + ([f"algo.labels.n_step={a.short_n_step}"] if method.endswith("_short") else [])
+    out += [f"algo.labels.n_step={a.short_n_step}"] if method.endswith("_short") else []
+    return out + ([f"algo.labels.positive_fraction={a.top_fraction}"] if method.endswith("_top") else [])
 
 
 def _goals(data: dict[str, Any], betas: list[float]) -> list[dict[str, Any]]:
@@ -521,6 +528,7 @@ def _goals(data: dict[str, Any], betas: list[float]) -> list[dict[str, Any]]:
                               s["bc_expert"]["success_mean"], -0.05, ">="))
     runs = data.get("value_heldout_runs", {})  # the value model behind the best variant, else recap's
     family = best.split("_beta")[0] if best else "recap"
+    family = "recap_balanced" if family in RELABELLED else family  # relabelled variants reuse its value model
     vocs = [v["voc"] for k, v in runs.items() if k.rsplit("_s", 1)[0] == family] or \
         [v["voc"] for v in data.get("value_heldout", [])]
     if vocs:
