@@ -333,6 +333,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=6000, help="policy gradient steps of every method")
     p.add_argument("--value-steps", type=int, default=3000, help="value model gradient steps (recap; awr reuses)")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="with --extend: train and evaluate seeds first-seed..seeds-1 only, keeping the earlier ones")
     p.add_argument("--eval-episodes", type=int, default=100)
     p.add_argument("--betas", default="1.0,1.5,2.5", help="CFG betas RECAP's policy is evaluated at")
     p.add_argument("--num-envs", type=int, default=25)
@@ -366,6 +368,8 @@ def main() -> None:
     a = p.parse_args()
     if a.reuse_runs and not a.skip_collect and not a.extend:
         p.error("--reuse-runs needs --skip-collect (collecting starts --work afresh)")
+    if (a.first_seed and not a.extend) or not 0 <= a.first_seed < max(a.seeds, 1):
+        p.error("--first-seed needs --extend (the earlier seeds' results) and must be below --seeds")
     if a.smoke:
         for k, v in SMOKE.items():
             setattr(a, k, v)
@@ -411,7 +415,7 @@ def main() -> None:
         data["training"], data["eval"] = {}, {}
     from policies import load_policy
 
-    for seed in range(a.seeds):
+    for seed in range(a.first_seed, a.seeds):
         for m in methods:
             run_dir = a.work / f"{m}_s{seed}"
             if a.reuse_runs and finished(run_dir, a.steps):  # an interrupted benchmark: evaluate what it trained

@@ -1,0 +1,34 @@
+"""benchmarks/recap.py's bookkeeping: what a variant's name stands for and which value model its goals read."""
+
+from __future__ import annotations
+
+import argparse
+
+from benchmarks.recap import _goals, _variant_overrides
+
+
+def _args(**kw) -> argparse.Namespace:
+    return argparse.Namespace(**{"positive_share": 0.5, "short_n_step": 3, "top_fraction": 0.1, **kw})
+
+
+def test_variant_names_stand_for_their_overrides():
+    assert _variant_overrides("recap", _args()) == []
+    assert _variant_overrides("recap_balanced", _args()) == ["algo.recap.positive_share=0.5"]
+    assert _variant_overrides("recap_balanced_short", _args()) == ["algo.recap.positive_share=0.5",
+                                                                    "algo.labels.n_step=3"]
+    assert _variant_overrides("recap_balanced_top", _args(top_fraction=0.05)) == [
+        "algo.recap.positive_share=0.5", "algo.labels.positive_fraction=0.05"]
+
+
+def test_a_relabelled_variant_is_judged_with_the_value_model_it_reused():
+    """recap_balanced_top fits no value model of its own: its VOC goal is recap_balanced's (it used to be dropped)."""
+    def row(success: float) -> dict[str, float]:
+        return {"success_mean": success, "success_std": 0.0, "failure_mean": 1.0 - success}
+
+    data = {"summary": {"bc": row(0.1), "recap_balanced_beta2.5": row(0.09), "recap_balanced_top_beta1.5": row(0.2)},
+            "value_heldout_runs": {"recap_balanced_s0": {"voc": 0.7}, "recap_balanced_s1": {"voc": 0.9}}}
+    goals = {g["name"]: g for g in _goals(data, [1.5, 2.5])}
+    assert goals["recap_balanced_top_beta1.5_success_over_bc"]["value"] == 2.0
+    assert goals["recap_balanced_top_beta1.5_success_over_bc"]["met"]
+    assert goals["recap_balanced_top_beta1.5_failures_over_bc"]["value"] == round(0.8 / 0.9, 4)
+    assert goals["value_voc_heldout_successes_recap_balanced"]["value"] == 0.8  # the mean over both seeds
