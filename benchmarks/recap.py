@@ -26,6 +26,9 @@
         --loop-beta 2.5 --loop-warm-start --work /tmp/recap_new --out /tmp/recap_out
     python benchmarks/recap.py --extend --methods recap_balanced_top --seeds 1 --steps 3000 --value-steps 1500 \
         --loop-rounds 0 --work /tmp/recap_new --out /tmp/recap_out
+    python benchmarks/recap.py --extend --first-seed 1 --seeds 2 --steps 3000 --value-steps 1500 --loop-rounds 0 \
+        --methods recap_balanced,recap_balanced_top,awr,bc,bc_expert,recap_oracle_balanced \
+        --work /tmp/recap_new --out /tmp/recap_out   # seed 1 (~40 min)
     # the committed recap_q05.json (each flaw of a degraded episode on with probability 0.5; run before the
     # randomization fixes of 2026-12-02, its expert episodes were the previous recap.json's), collected and trained
     # in one go, then (interrupted after recap_balanced) finished with --skip-collect --reuse-runs:
@@ -393,9 +396,7 @@ def main() -> None:
                 if k not in ("name", "date", "commit", "command", "machine", "goals")}
         data["settings"].setdefault("extended_by", []).append(" ".join(sys.argv))
         a.skip_collect, a.video = True, False
-        for m in methods:  # a method run again replaces its earlier results
-            for k in [k for k in data["eval"] if k == m or k.startswith(f"{m}_beta")]:
-                del data["eval"][k]
+        drop_rerun_evals(data["eval"], methods, a.first_seed)
         if "recap" in methods:
             data.pop("value_heldout", None)
     t = time.perf_counter()
@@ -505,6 +506,15 @@ def _evaluate_run(data: dict[str, Any], a: argparse.Namespace, m: str, rec: dict
         if m == "recap":
             data.setdefault("value_heldout", []).append(voc)
         data["timing_s"][f"voc_{m}_s{seed}"] = round(time.perf_counter() - t, 1)
+
+
+def drop_rerun_evals(evals: dict[str, list[dict[str, Any]]], methods: list[str], first_seed: int) -> None:
+    """Before ``--extend`` runs ``methods`` again from ``first_seed``: drop their evaluations (every β) of those
+    seeds, in place; the earlier seeds' stay."""
+    kept = EVAL_SEED + 1000 * first_seed  # evaluation seeds of training seed s start at EVAL_SEED + 1000 s
+    for m in methods:
+        for k in [k for k in evals if k == m or k.startswith(f"{m}_beta")]:
+            evals[k] = [e for e in evals[k] if e["seed"] < kept]
 
 
 def _variant_overrides(method: str, a: argparse.Namespace) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.recap import _goals, _variant_overrides
+from benchmarks.recap import EVAL_SEED, _goals, _variant_overrides, drop_rerun_evals
 
 
 def _args(**kw) -> argparse.Namespace:
@@ -32,3 +32,16 @@ def test_a_relabelled_variant_is_judged_with_the_value_model_it_reused():
     assert goals["recap_balanced_top_beta1.5_success_over_bc"]["met"]
     assert goals["recap_balanced_top_beta1.5_failures_over_bc"]["value"] == round(0.8 / 0.9, 4)
     assert goals["value_voc_heldout_successes_recap_balanced"]["value"] == 0.8  # the mean over both seeds
+
+
+def test_extending_from_a_later_seed_keeps_the_earlier_seeds_evaluations():
+    def ev(seed: int) -> dict[str, float]:
+        return {"seed": EVAL_SEED + 1000 * seed, "success_rate": 0.5}
+
+    evals = {"bc": [ev(0), ev(1)], "recap_balanced_beta1.5": [ev(0), ev(1)], "recap_beta1.5": [ev(0), ev(1)],
+             "bc_expert": [ev(0)]}
+    drop_rerun_evals(evals, ["bc", "recap_balanced"], first_seed=1)
+    assert evals == {"bc": [ev(0)], "recap_balanced_beta1.5": [ev(0)], "recap_beta1.5": [ev(0), ev(1)],
+                     "bc_expert": [ev(0)]}  # recap_beta is another method than recap_balanced
+    drop_rerun_evals(evals, ["bc"], first_seed=0)  # a whole re-run replaces everything of the method
+    assert evals["bc"] == [] and evals["bc_expert"] == [ev(0)]
