@@ -29,6 +29,8 @@
     python benchmarks/recap.py --extend --first-seed 1 --seeds 2 --steps 3000 --value-steps 1500 --loop-rounds 0 \
         --methods recap_balanced,recap_balanced_top,awr,bc,bc_expert,recap_oracle_balanced \
         --work /tmp/recap_new --out /tmp/recap_out   # seed 1 (~40 min)
+    python benchmarks/recap.py --extend --first-seed 2 --seeds 3 --steps 3000 --value-steps 1500 --loop-rounds 0 \
+        --methods recap_balanced,bc,bc_expert,recap_oracle_balanced --work /tmp/recap_new --out /tmp/recap_out
     # the committed recap_q05.json (each flaw of a degraded episode on with probability 0.5; run before the
     # randomization fixes of 2026-12-02, its expert episodes were the previous recap.json's), collected and trained
     # in one go, then (interrupted after recap_balanced) finished with --skip-collect --reuse-runs:
