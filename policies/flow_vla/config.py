@@ -37,10 +37,10 @@ class FlowVLAConfig:
     conv_strides: list[int] = field(default_factory=lambda: [2, 2, 2, 1])  # stride per conv
     image_feature_dim: int = 128  # per-camera feature size after the keypoint projection
     # Also keypoints from the second conv's map (16x16 at 64x64; with 3 convs or more), for finer positions. vla_bc's
-    # full pass (100 episodes per task, on data with the grey visual DR fixed in c67908a; reach / lift / push / pick):
-    # 0.45 / 0.67 / 0.51 / 0.40 with vs 0.09 / 0.71 / 0.51 / 0.36 without, at no measurable cost per update or per
-    # chunk on the CPU (vla_bc.json). Policies saved before the option lack the key and load without it
-    # (``ABSENT_KEY_DEFAULTS``).
+    # full pass (100 episodes per task; data recorded before c67908a fixed the visual DR that rendered the cubes grey;
+    # reach / lift / push / pick): 0.45 / 0.67 / 0.51 / 0.40 with vs 0.09 / 0.71 / 0.51 / 0.36 without, at no
+    # measurable cost per update or per chunk on the CPU (vla_bc.json's previous_pass_grey_visual_dr). Policies saved
+    # before the option lack the key and load without it (``ABSENT_KEY_DEFAULTS``).
     fine_keypoints: bool = True
     # Pixels of training-time random translation of images (DrQ), 0: off. Off by default: where the action depends on
     # where things are in the image, a shift is label noise (a synthetic two-cube grounding task at 64x64 ended at a
