@@ -88,7 +88,13 @@ METHODS = ("bc", "recap", "awr", "bc_expert")  # recap before awr: awr reuses it
 # recap_balanced_top: recap_balanced relabelled with a smaller positive fraction (--top-fraction; the same value
 # model): the expert's frames are ~10 % of the mixed data, so at the default 30 % at most a third of the positives
 # can be the expert's (recap.json's label_quality: 20 %).
-RELABELLED = ("recap_balanced_short", "recap_balanced_top")  # recap_balanced's value model, labels recomputed
+# recap_balanced_smooth: recap_balanced relabelled at --top-fraction with N = --smooth-n-step and the advantage
+# averaged over --smooth-window frames of its episode (algo.labels.smooth_window): N = 50 frames (π*0.6's, at 30 Hz)
+# is longer than the expert's whole lift (~32 frames), so A_t is mostly the episode's outcome; one frame's A is the
+# difference of two noisy value predictions, and a window averages those errors out. Chosen from label precision
+# on recap.json's own data (seeds 0-2's value models, the expert's share of the positives at the top 10 %): N = 50
+# per frame 0.27-0.31, N = 10 per frame 0.33-0.36, N = 10 over 17 / 33 / 51 frames 0.42-0.44 / 0.55-0.59 / 0.69-0.71.
+RELABELLED = ("recap_balanced_short", "recap_balanced_top", "recap_balanced_smooth")  # recap_balanced's value model, labels recomputed
 KNOWN_METHODS = (*METHODS, "recap_oracle", "recap_balanced", "recap_oracle_balanced", *RELABELLED)
 FAMILIES = ("bc", "awr", "recap", "recap_balanced", "recap_oracle", "recap_oracle_balanced", *RELABELLED)
 LEARNED_LABELS = ("recap", "recap_balanced", *RELABELLED)  # RECAP variants whose labels are the value's
@@ -214,18 +220,30 @@ def _labelled_run(work: Path, seed: int) -> Path | None:
 
 def label_quality(labels_dir: Path, n_expert: int) -> dict[str, Any]:
     """How well the labels tell the expert's frames (episodes 0..n_expert-1, recorded first) from the degraded ones:
-    the share of each labelled positive, the share of positives that are the expert's, and the mean advantage."""
-    from robot_rl.data.labels import read_sidecar
+    the share of each labelled positive, the share of positives that are the expert's, the mean advantage, and the
+    positive rate by fifth of the episode (frame index / length) of the expert's and of the successful degraded
+    episodes: whether the expert's grasp and lift (its last fifths) are among the positives at all."""
+    from robot_rl.data.labels import episode_bounds, read_sidecar
 
     labels, _ = read_sidecar(labels_dir)
     expert = labels.episode_index < n_expert
     pos = labels.advantage_indicator.astype(bool)
+    start, end = episode_bounds(labels.episode_index)
+    fifth = np.minimum((5 * (np.arange(len(pos)) - start)) // (end - start + 1), 4)
+    succeeded = labels.value_target[end] == 0.0  # the episode's last frame is at (or after) its first success
+
+    def by_fifth(mask: np.ndarray) -> list[float | None]:
+        return [round(float(pos[mask & (fifth == k)].mean()), 4) if (mask & (fifth == k)).any() else None
+                for k in range(5)]
+
     return {"expert_frames": int(expert.sum()), "degraded_frames": int((~expert).sum()),
             "positive_rate_expert_frames": float(pos[expert].mean()),
             "positive_rate_degraded_frames": float(pos[~expert].mean()),
             "expert_share_of_positives": float(pos[expert].sum() / max(pos.sum(), 1)),
             "mean_advantage_expert": float(labels.advantage[expert].mean()),
-            "mean_advantage_degraded": float(labels.advantage[~expert].mean())}
+            "mean_advantage_degraded": float(labels.advantage[~expert].mean()),
+            "positive_rate_by_fifth_expert": by_fifth(expert),
+            "positive_rate_by_fifth_degraded_successful": by_fifth(~expert & succeeded)}
 
 
 def heldout_voc(value_dir: Path, heldout: Path) -> dict[str, Any]:
@@ -354,6 +372,9 @@ def main() -> None:
     p.add_argument("--short-n-step", type=int, default=3, help="N of recap_balanced_short's advantage (frames)")
     p.add_argument("--top-fraction", type=float, default=0.1,
                    help="share of frames labelled positive by recap_balanced_top (algo.labels.positive_fraction)")
+    p.add_argument("--smooth-n-step", type=int, default=10, help="N of recap_balanced_smooth's advantage (frames)")
+    p.add_argument("--smooth-window", type=int, default=31,
+                   help="frames recap_balanced_smooth averages each advantage over (algo.labels.smooth_window)")
     p.add_argument("--positive-share", type=float, default=0.5,
                    help="share of each batch drawn from positive frames by the *_balanced methods")
     p.add_argument("--extra", nargs="*", default=["algo.lr_schedule=cosine", "algo.warmup_updates=200"],
@@ -521,10 +542,12 @@ def drop_rerun_evals(evals: dict[str, list[dict[str, Any]]], methods: list[str],
 
 def _variant_overrides(method: str, a: argparse.Namespace) -> list[str]:
     """The RECAP settings a method's name stands for: positive-balanced batches, a short N-step advantage, a
-    smaller positive fraction."""
+    smaller positive fraction, a window-averaged advantage (at the smaller fraction)."""
     out = [f"algo.recap.positive_share={a.positive_share}"] if "_balanced" in method else []
     out += [f"algo.labels.n_step={a.short_n_step}"] if method.endswith("_short") else []
-    return out + ([f"algo.labels.positive_fraction={a.top_fraction}"] if method.endswith("_top") else [])
+    if method.endswith("_smooth"):
+        out += [f"algo.labels.n_step={a.smooth_n_step}", f"algo.labels.smooth_window={a.smooth_window}"]
+    return out + ([f"algo.labels.positive_fraction={a.top_fraction}"] if method.endswith(("_top", "_smooth")) else [])
 
 
 def _goals(data: dict[str, Any], betas: list[float]) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from robot_rl.data.labels import (
     n_step_advantages,
     read_sidecar,
     rewards,
+    smooth_advantages,
     task_thresholds,
     value_targets,
     write_sidecar,
@@ -54,6 +55,25 @@ def test_n_step_advantages_by_hand():
     np.testing.assert_array_equal(n_step_advantages(v, r, EPS, 2), [0.25, 0.0, 0.0, 0.0, 0.25, 0.0, -0.125])
     # N = 1 is the one-step TD error r_t + V_{t+1} - V_t
     np.testing.assert_array_equal(n_step_advantages(v, r, EPS, 1), [0.25, 0.0, 0.0, 0.0, 0.125, 0.125, -0.125])
+
+
+def test_smoothed_advantages_by_hand():
+    adv = np.array([0.25, 0.0, 0.0, 0.5, 0.25, 0.0, -0.125])
+    # W = 3, each mean over the rows of its own episode in t-1..t+1: row 0 (0.25 + 0) / 2; row 1 (0.25 + 0 + 0) / 3
+    # is not exact in binary, so compare approximately; row 3 (0 + 0.5) / 2 (episode 1's 0.25 is outside); row 4
+    # (0.25 + 0) / 2; row 6 (0 - 0.125) / 2
+    np.testing.assert_allclose(smooth_advantages(adv, EPS, 3),
+                               [0.125, 0.25 / 3, 0.5 / 3, 0.25, 0.125, 0.125 / 3, -0.0625], rtol=1e-6)
+    # W = 7 spans each whole episode: its mean on every row
+    np.testing.assert_allclose(smooth_advantages(adv, EPS, 7), [0.1875] * 4 + [0.125 / 3] * 3, rtol=1e-6)
+    np.testing.assert_array_equal(smooth_advantages(adv, EPS, 1), adv)
+    # compute_labels thresholds the smoothed advantage: W = 7 makes every frame of an episode alike
+    cols = {"index": np.arange(7), "episode_index": EPS, "frame_index": np.array([0, 1, 2, 3, 0, 1, 2]),
+            "task_index": np.zeros(7, dtype=int), "next.success": SUCCESS}
+    v = np.array([-0.5, -0.125, 0.0, 0.0, -0.75, -0.5, -0.25])
+    lab = compute_labels(cols, v, "next.success", LabelConfig(n_step=2, positive_fraction=0.5, max_episode_length=M,
+                                                              fail_penalty=C, smooth_window=7))
+    assert len(set(lab.advantage[:4].tolist())) == 1 and len(set(lab.advantage[4:].tolist())) == 1
 
 
 def test_per_task_thresholds_and_the_indicator_by_hand():
@@ -99,3 +119,5 @@ def test_bad_input_is_refused():
         episode_bounds(np.array([0, 1, 0]))
     with pytest.raises(ValueError, match="positive_fraction"):
         LabelConfig(positive_fraction=0.0)
+    with pytest.raises(ValueError, match="smooth_window must be an odd"):
+        LabelConfig(smooth_window=4)

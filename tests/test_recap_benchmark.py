@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.recap import EVAL_SEED, _goals, _variant_overrides, drop_rerun_evals
+import numpy as np
+
+from benchmarks.recap import EVAL_SEED, _goals, _variant_overrides, drop_rerun_evals, label_quality
+from robot_rl.data.labels import Labels, write_sidecar
 
 
 def _args(**kw) -> argparse.Namespace:
-    return argparse.Namespace(**{"positive_share": 0.5, "short_n_step": 3, "top_fraction": 0.1, **kw})
+    return argparse.Namespace(**{"positive_share": 0.5, "short_n_step": 3, "top_fraction": 0.1,
+                                  "smooth_n_step": 10, "smooth_window": 31, **kw})
 
 
 def test_variant_names_stand_for_their_overrides():
@@ -18,6 +22,9 @@ def test_variant_names_stand_for_their_overrides():
                                                                     "algo.labels.n_step=3"]
     assert _variant_overrides("recap_balanced_top", _args(top_fraction=0.05)) == [
         "algo.recap.positive_share=0.5", "algo.labels.positive_fraction=0.05"]
+    assert _variant_overrides("recap_balanced_smooth", _args()) == [
+        "algo.recap.positive_share=0.5", "algo.labels.n_step=10", "algo.labels.smooth_window=31",
+        "algo.labels.positive_fraction=0.1"]
 
 
 def test_a_relabelled_variant_is_judged_with_the_value_model_it_reused():
@@ -45,3 +52,21 @@ def test_extending_from_a_later_seed_keeps_the_earlier_seeds_evaluations():
                      "bc_expert": [ev(0)]}  # recap_beta is another method than recap_balanced
     drop_rerun_evals(evals, ["bc"], first_seed=0)  # a whole re-run replaces everything of the method
     assert evals["bc"] == [] and evals["bc_expert"] == [ev(0)]
+
+
+def test_label_quality_by_fifth_of_the_episode(tmp_path):
+    """Episode 0 (the expert's, 5 frames, succeeds), episode 1 (degraded, 10 frames, succeeds), episode 2 (degraded, 5
+    frames, fails): positive rates per fifth of each episode, counted by hand."""
+    eps = np.repeat([0, 1, 2], [5, 10, 5])
+    pos = np.array([1, 1, 0, 0, 0] + [0, 0, 0, 0, 0, 0, 1, 1, 0, 1] + [1, 1, 1, 1, 1], dtype=bool)
+    target = np.r_[np.linspace(-0.04, 0.0, 5), np.linspace(-0.09, 0.0, 10), np.full(5, -1.0)].astype(np.float32)
+    n = len(eps)
+    lab = Labels(np.arange(n), eps, np.r_[np.arange(5), np.arange(10), np.arange(5)], np.zeros(n, dtype=int), target,
+                 np.zeros(n, np.float32), np.zeros(n, np.float32), pos.astype(np.float32), pos, np.zeros(n, bool),
+                 {0: 0.5}, 10)
+    write_sidecar(lab, tmp_path, {})
+    q = label_quality(tmp_path, n_expert=1)
+    assert q["positive_rate_by_fifth_expert"] == [1.0, 1.0, 0.0, 0.0, 0.0]
+    # episode 1's fifths are frame pairs (0,1) (2,3) (4,5) (6,7) (8,9); the failed episode 2 is left out
+    assert q["positive_rate_by_fifth_degraded_successful"] == [0.0, 0.0, 0.0, 1.0, 0.5]
+    assert q["expert_share_of_positives"] == 2 / 10

@@ -12,7 +12,10 @@ With M the task's max episode length (frames) and C the failure penalty (frames,
                    cost); a failed episode pays −1/M per frame and −C/M more on its last frame. So Σ_{k≥t} r_k is the
                    unclipped value target: the reward and the value agree.
     advantage      A_t = Σ_{k<N} r_{t+k} + V(o_{t+N}) − V(o_t), rewards and V taken as 0 past the episode's end
-                   (no bootstrap across episodes or past a terminal frame)
+                   (no bootstrap across episodes or past a terminal frame); with ``smooth_window`` W > 1, the mean
+                   of A over the frames t − W//2 .. t + W//2 of the same episode (those that exist): the advantage
+                   of the stretch around t, whose value-model errors partly cancel (one frame's A is the difference
+                   of two noisy predictions; the indicator conditions a whole action chunk anyway)
     indicator      I_t = 1[A_t ≥ the ``1 − positive_fraction`` quantile of A over the frames of the same task]
                    (top 30 % positive by default), forced to 1 on correction frames: ``intervention`` frames of an
                    episode in which the policy also acted (a human took over from it there). An episode recorded
@@ -46,10 +49,14 @@ class LabelConfig:
     positive_fraction: float = 0.3  # share of each task's frames labelled positive (threshold at its quantile)
     max_episode_length: int | None = None  # M (frames); None: the longest episode of the dataset
     fail_penalty: float | None = None  # C (frames) added to a failed episode's remaining steps; None: M
+    smooth_window: int = 1  # W (frames, odd): A averaged over a centred window of its episode; 1: per frame
 
     def __post_init__(self) -> None:
         if self.n_step < 1:
             raise ValueError(f"labels n_step must be >= 1, got {self.n_step}")
+        if self.smooth_window < 1 or self.smooth_window % 2 == 0:
+            raise ValueError(f"labels smooth_window must be an odd number >= 1 (a centred window), got "
+                             f"{self.smooth_window}")
         if not 0.0 < self.positive_fraction <= 1.0:
             raise ValueError(f"labels positive_fraction must be in (0, 1], got {self.positive_fraction}")
         if self.max_episode_length is not None and self.max_episode_length < 1:
@@ -133,6 +140,19 @@ def n_step_advantages(values: np.ndarray, reward: np.ndarray, episode_index: np.
     return (ret + boot - v).astype(np.float32)
 
 
+def smooth_advantages(advantage: np.ndarray, episode_index: np.ndarray, window: int) -> np.ndarray:
+    """[F] float32: the mean of A over rows t − window//2 .. t + window//2 that lie in t's episode (fewer at its
+    ends); ``window`` 1 returns A unchanged."""
+    adv = np.asarray(advantage, dtype=np.float64).reshape(-1)
+    if window == 1:
+        return adv.astype(np.float32)
+    start, end = episode_bounds(episode_index)
+    rows, half = np.arange(len(adv)), window // 2
+    lo, hi = np.maximum(rows - half, start), np.minimum(rows + half, end)  # inclusive
+    csum = np.r_[0.0, np.cumsum(adv)]
+    return ((csum[hi + 1] - csum[lo]) / (hi - lo + 1)).astype(np.float32)
+
+
 def task_thresholds(advantage: np.ndarray, task_index: np.ndarray, positive_fraction: float) -> dict[int, float]:
     """Per task: the (1 − positive_fraction) quantile of its frames' advantages (linear interpolation, numpy's
     default), so about ``positive_fraction`` of them lie at or above it."""
@@ -172,7 +192,7 @@ class Labels:
     value_target: np.ndarray
     reward: np.ndarray
     value: np.ndarray  # V(o_t) predicted by the value model
-    advantage: np.ndarray
+    advantage: np.ndarray  # the one the indicator thresholds (window-averaged when smooth_window > 1)
     advantage_indicator: np.ndarray  # bool
     intervention: np.ndarray  # bool: correction frames (``corrections``), the ones forced positive
     thresholds: dict[int, float]
@@ -200,7 +220,7 @@ def compute_labels(columns: dict[str, np.ndarray], values: np.ndarray, success_c
     eps = np.asarray(columns["episode_index"]).reshape(-1)
     target, m = targets_for(columns, success_col, cfg)
     r = rewards(eps, columns[success_col], m, cfg.fail_penalty)
-    adv = n_step_advantages(values, r, eps, cfg.n_step)
+    adv = smooth_advantages(n_step_advantages(values, r, eps, cfg.n_step), eps, cfg.smooth_window)
     tasks = np.asarray(columns["task_index"]).reshape(-1)
     thr = task_thresholds(adv, tasks, cfg.positive_fraction)
     inter = (corrections(eps, columns[intervention_col]) if intervention_col
