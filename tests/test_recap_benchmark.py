@@ -25,6 +25,9 @@ def test_variant_names_stand_for_their_overrides():
     assert _variant_overrides("recap_balanced_smooth", _args()) == [
         "algo.recap.positive_share=0.5", "algo.labels.n_step=10", "algo.labels.smooth_window=31",
         "algo.labels.positive_fraction=0.1"]
+    assert _variant_overrides("recap_balanced_episode", _args()) == [  # a window over any whole episode (M = 150)
+        "algo.recap.positive_share=0.5", "algo.labels.n_step=10", "algo.labels.smooth_window=301",
+        "algo.labels.positive_fraction=0.1"]
 
 
 def test_a_relabelled_variant_is_judged_with_the_value_model_it_reused():
@@ -39,6 +42,18 @@ def test_a_relabelled_variant_is_judged_with_the_value_model_it_reused():
     assert goals["recap_balanced_top_beta1.5_success_over_bc"]["met"]
     assert goals["recap_balanced_top_beta1.5_failures_over_bc"]["value"] == round(0.8 / 0.9, 4)
     assert goals["value_voc_heldout_successes_recap_balanced"]["value"] == 0.8  # the mean over both seeds
+
+
+def test_success_over_a_bc_that_never_succeeded_uses_the_rule_of_three():
+    def row(success: float) -> dict[str, float]:
+        return {"success_mean": success, "success_std": 0.0, "failure_mean": 1.0 - success}
+
+    bc_evals = [{"num_episodes": 100, "success_rate": 0.0}] * 3  # 0 of 300: BC's rate < 3 / 300 = 0.01 at 95 %
+    for recap, ratio, met in ((0.8, 80.0, True), (0.01, 1.0, False)):
+        data = {"summary": {"bc": row(0.0), "recap_balanced_episode_beta2.5": row(recap)}, "eval": {"bc": bc_evals}}
+        goals = {g["name"]: g for g in _goals(data, [2.5])}
+        g = goals["recap_balanced_episode_beta2.5_success_over_bc_rule_of_three"]
+        assert (g["value"], g["met"]) == (ratio, met)
 
 
 def test_extending_from_a_later_seed_keeps_the_earlier_seeds_evaluations():
