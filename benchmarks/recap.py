@@ -335,7 +335,7 @@ def plot(data: dict[str, Any], path: Path) -> None:
     ax.set_yticks(range(len(names)))
     ax.set_yticklabels(names, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel(f"success rate ({data['settings']['eval_episodes']} episodes x {data['settings']['seeds']} seeds)")
+    ax.set_xlabel(f"success rate, mean over seeds ({data['settings']['eval_episodes']} episodes per seed; bars: std)")
     ax.set_xlim(0, 1.08)
     ax.grid(axis="x", alpha=0.3)
     ax.set_title("so101_lift, mixed-quality data, equal gradient steps")
