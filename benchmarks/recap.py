@@ -240,8 +240,8 @@ def label_quality(labels_dir: Path, n_expert: int) -> dict[str, Any]:
     fifth = np.minimum((5 * (np.arange(len(pos)) - start)) // (end - start + 1), 4)
     succeeded = labels.value_target[end] == 0.0  # the episode's last frame is at (or after) its first success
 
-    def by_fifth(mask: np.ndarray) -> list[float | None]:
-        return [round(float(pos[mask & (fifth == k)].mean()), 4) if (mask & (fifth == k)).any() else None
+    def by_fifth(mask: np.ndarray, x: np.ndarray = pos) -> list[float | None]:
+        return [round(float(x[mask & (fifth == k)].mean()), 4) if (mask & (fifth == k)).any() else None
                 for k in range(5)]
 
     return {"expert_frames": int(expert.sum()), "degraded_frames": int((~expert).sum()),
@@ -251,7 +251,9 @@ def label_quality(labels_dir: Path, n_expert: int) -> dict[str, Any]:
             "mean_advantage_expert": float(labels.advantage[expert].mean()),
             "mean_advantage_degraded": float(labels.advantage[~expert].mean()),
             "positive_rate_by_fifth_expert": by_fifth(expert),
-            "positive_rate_by_fifth_degraded_successful": by_fifth(~expert & succeeded)}
+            "positive_rate_by_fifth_degraded_successful": by_fifth(~expert & succeeded),
+            "mean_value_by_fifth_expert": by_fifth(expert, labels.value),
+            "mean_value_by_fifth_degraded_successful": by_fifth(~expert & succeeded, labels.value)}
 
 
 def heldout_voc(value_dir: Path, heldout: Path) -> dict[str, Any]:

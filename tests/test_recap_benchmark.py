@@ -77,7 +77,8 @@ def test_label_quality_by_fifth_of_the_episode(tmp_path):
     target = np.r_[np.linspace(-0.04, 0.0, 5), np.linspace(-0.09, 0.0, 10), np.full(5, -1.0)].astype(np.float32)
     n = len(eps)
     lab = Labels(np.arange(n), eps, np.r_[np.arange(5), np.arange(10), np.arange(5)], np.zeros(n, dtype=int), target,
-                 np.zeros(n, np.float32), np.zeros(n, np.float32), pos.astype(np.float32), pos, np.zeros(n, bool),
+                 np.zeros(n, np.float32), -np.arange(n, dtype=np.float32) / 8, pos.astype(np.float32), pos,
+                 np.zeros(n, bool),
                  {0: 0.5}, 10)
     write_sidecar(lab, tmp_path, {})
     q = label_quality(tmp_path, n_expert=1)
@@ -85,3 +86,6 @@ def test_label_quality_by_fifth_of_the_episode(tmp_path):
     # episode 1's fifths are frame pairs (0,1) (2,3) (4,5) (6,7) (8,9); the failed episode 2 is left out
     assert q["positive_rate_by_fifth_degraded_successful"] == [0.0, 0.0, 0.0, 1.0, 0.5]
     assert q["expert_share_of_positives"] == 2 / 10
+    # values -row / 8: the expert's fifths are its single frames 0..4; episode 1's are the means of row pairs
+    assert q["mean_value_by_fifth_expert"] == [0.0, -0.125, -0.25, -0.375, -0.5]
+    assert q["mean_value_by_fifth_degraded_successful"] == [-0.6875, -0.9375, -1.1875, -1.4375, -1.6875]
