@@ -229,8 +229,9 @@ def _labelled_run(work: Path, seed: int) -> Path | None:
 def label_quality(labels_dir: Path, n_expert: int) -> dict[str, Any]:
     """How well the labels tell the expert's frames (episodes 0..n_expert-1, recorded first) from the degraded ones:
     the share of each labelled positive, the share of positives that are the expert's, the mean advantage, and the
-    positive rate by fifth of the episode (frame index / length) of the expert's and of the successful degraded
-    episodes: whether the expert's grasp and lift (its last fifths) are among the positives at all."""
+    positive rate and mean predicted value by fifth of the episode (frame index / length) of the expert's and of the
+    successful degraded episodes: whether the expert's grasp and lift (its last fifths) are among the positives at
+    all, and how the value model rates each kind's states."""
     from robot_rl.data.labels import episode_bounds, read_sidecar
 
     labels, _ = read_sidecar(labels_dir)
@@ -381,8 +382,9 @@ def main() -> None:
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--short-n-step", type=int, default=3, help="N of recap_balanced_short's advantage (frames)")
     p.add_argument("--top-fraction", type=float, default=0.1,
-                   help="share of frames labelled positive by recap_balanced_top (algo.labels.positive_fraction)")
-    p.add_argument("--smooth-n-step", type=int, default=10, help="N of recap_balanced_smooth's advantage (frames)")
+                   help="share of frames labelled positive by recap_balanced_top / _smooth / _episode "
+                        "(algo.labels.positive_fraction)")
+    p.add_argument("--smooth-n-step", type=int, default=10, help="N of recap_balanced_smooth's and _episode's advantage (frames)")
     p.add_argument("--smooth-window", type=int, default=31,
                    help="frames recap_balanced_smooth averages each advantage over (algo.labels.smooth_window)")
     p.add_argument("--positive-share", type=float, default=0.5,
