@@ -290,7 +290,9 @@ def main() -> None:
         data = {k: v for k, v in json.loads(path.read_text()).items()
                 if k not in ("name", "date", "commit", "command", "machine", "goals")}
         data["settings"].setdefault("extended_by", []).append(" ".join(sys.argv))
+        earlier = data.get("image_model_scaled", {}).get("runs", {})  # runs of other step counts stay
         data["image_model_scaled"] = image_scaled(a, sets)
+        data["image_model_scaled"]["runs"] = {**earlier, **data["image_model_scaled"]["runs"]}
         write_result(NAME, data, [], a.out)
         plot(data, data["curve_example"], a.out / f"{NAME}.png")
         return
