@@ -159,17 +159,22 @@ def predict(model: StateValue, x: np.ndarray) -> np.ndarray:
     return expected_value(model(torch.as_tensor(x)), bin_centers(201, -1.0, 0.0)).numpy()
 
 
+def by_kind(per_episode: dict[Any, float]) -> dict[str, float]:
+    """Mean per-episode VOC of the held-out expert's episodes and of the degraded successes ({episode: ρ}, keys int or
+    str as JSON gives them back)."""
+    per = {int(e): v for e, v in per_episode.items()}
+    return {"voc_expert": round(float(np.mean([v for e, v in per.items() if e < N_EXPERT_HELDOUT])), 4),
+            "voc_degraded_successes": round(float(np.mean([v for e, v in per.items() if e >= N_EXPERT_HELDOUT])), 4)}
+
+
 def scores(values: np.ndarray, held: dict[str, np.ndarray]) -> dict[str, Any]:
     """VOC over the held-out successes (all, the expert's, the degraded ones) and the success AUC."""
     from robot_rl.models.voc import success_auc, value_order_correlation
 
     eps, frames, ok = held["episode_index"], held["frame_index"], episode_success(held)
     voc, per = value_order_correlation(values, eps, frames, ok)
-    expert = [v for e, v in per.items() if e < N_EXPERT_HELDOUT]
-    degraded = [v for e, v in per.items() if e >= N_EXPERT_HELDOUT]
     first = frames == 0
-    return {"voc": round(voc, 4), "voc_expert": round(float(np.mean(expert)), 4),
-            "voc_degraded_successes": round(float(np.mean(degraded)), 4), "successful_episodes": len(per),
+    return {"voc": round(voc, 4), **by_kind(per), "successful_episodes": len(per),
             "success_auc": round(success_auc(values[first], ok[first]), 4),
             "per_episode": {str(k): round(v, 4) for k, v in per.items()}}
 
@@ -181,12 +186,7 @@ def image_model_scores(recap_json: Path) -> dict[str, Any]:
     runs = json.loads(recap_json.read_text()).get("value_heldout_runs", {})
     out = {}
     for name, r in runs.items():
-        per = {int(k): v for k, v in r["per_episode"].items()}
-        out[name] = {"voc": round(r["voc"], 4),
-                     "voc_expert": round(float(np.mean([v for e, v in per.items() if e < N_EXPERT_HELDOUT])), 4),
-                     "voc_degraded_successes": round(float(np.mean([v for e, v in per.items()
-                                                                     if e >= N_EXPERT_HELDOUT])), 4),
-                     "success_auc": round(r["success_auc"], 4)}
+        out[name] = {"voc": round(r["voc"], 4), **by_kind(r["per_episode"]), "success_auc": round(r["success_auc"], 4)}
     return out
 
 
@@ -213,12 +213,9 @@ def image_scaled(a: argparse.Namespace, sets: dict[str, list[tuple[int, float, i
         rec = train("recap", root, run_dir, 1, 0, [f"algo.value.steps={steps}",
                                                    f"algo.labels.max_episode_length={EPISODE_LENGTH}"])
         voc = heldout_voc(run_dir / "value", a.compare)
-        per = {int(k): v for k, v in voc["per_episode"].items()}
         out["runs"][str(steps)] = {
             "command": rec["command"], "seconds": round(time.perf_counter() - t, 1), "voc": round(voc["voc"], 4),
-            "voc_expert": round(float(np.mean([v for e, v in per.items() if e < N_EXPERT_HELDOUT])), 4),
-            "voc_degraded_successes": round(float(np.mean([v for e, v in per.items() if e >= N_EXPERT_HELDOUT])), 4),
-            "success_auc": round(voc["success_auc"], 4), "per_episode": voc["per_episode"]}
+            **by_kind(voc["per_episode"]), "success_auc": round(voc["success_auc"], 4), "per_episode": voc["per_episode"]}
         print(f"image value model, {name}, {steps} steps: {out['runs'][str(steps)]['voc']}", file=sys.stderr)
     return out
 
