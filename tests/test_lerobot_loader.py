@@ -45,10 +45,11 @@ def image_value(e: int, i: int, flip: bool = False) -> np.ndarray:
 
 
 def make_dataset(root: Path, lengths=LENGTHS, use_videos: bool = True, nan_at: tuple[int, int] | None = None,
-                 file_mb: float | None = None) -> Path:
+                 file_mb: float | None = None, tasks: tuple[str, ...] = ("pick the cube 0", "pick the cube 1")) -> Path:
     """A small SO-101-style dataset written with LeRobot's own API: state/action as ``state_value``/``action_value``,
-    cameras front and wrist (32x32), next.success on each episode's last frame, intervention on odd frames.
-    ``file_mb``: LeRobot's data/video file-size cap (tiny: a new file per episode)."""
+    cameras front and wrist (32x32), next.success on each episode's last frame, intervention on odd frames, episode
+    e's task ``tasks[e % len(tasks)]``. ``file_mb``: LeRobot's data/video file-size cap (tiny: a new file per
+    episode)."""
     kind = "video" if use_videos else "image"
     img = {"dtype": kind, "shape": (SIZE, SIZE, 3), "names": ["height", "width", "channels"]}
     features = {keys.OBS_STATE: {"dtype": "float32", "shape": (6,), "names": JOINTS},
@@ -71,7 +72,7 @@ def make_dataset(root: Path, lengths=LENGTHS, use_videos: bool = True, nan_at: t
                           keys.SUCCESS_COL: np.array([i == length - 1]),
                           keys.INTERVENTION_COL: np.array([i % 2 == 1]),
                           keys.REWARD_COL: np.array([float(i == length - 1)], dtype=np.float32),
-                          "task": f"pick the cube {e % 2}"})
+                          "task": tasks[e % len(tasks)]})
         ds.save_episode()
     ds.finalize()
     return root

@@ -113,6 +113,52 @@ def test_relabelling_with_another_n_step_reuses_the_value_model(dataset, tmp_pat
     assert not np.allclose(a.advantage, b.advantage)
 
 
+def test_a_pretrained_value_model_labels_another_dataset_without_training(dataset, tmp_path, capsys):
+    """algo.value.pretrained: a value model fitted on one dataset labels another (same cameras, tasks and M): no
+    value training, the model copied into the run as it was, both datasets untouched, and its values are the
+    labels' (on the dataset it was fitted on, they equal that run's own labels)."""
+    first = tmp_path / "fitted"
+    assert _offline("recap", dataset, first, "steps=1") == 0
+    other = make_dataset(tmp_path / "other", lengths=[20, 9, 14, 11])  # other episodes, same longest (M = 20)
+    before = tree_hash(dataset), tree_hash(other)
+    for data, run in ((other, tmp_path / "on_other"), (dataset, tmp_path / "on_same")):
+        capsys.readouterr()
+        assert _offline("awr" if data == other else "recap", data, run, "steps=1",
+                        f"algo.value.pretrained={first / 'value'}") == 0
+        err = capsys.readouterr().err
+        assert "labelling with the pretrained value model" in err and "value model: step" not in err, err
+        fitted, copied = load_checkpoint(first / "value"), load_checkpoint(run / "value")
+        assert fitted.state["model"].keys() == copied.state["model"].keys()
+        assert all(torch.equal(fitted.state["model"][k], copied.state["model"][k]) for k in fitted.state["model"])
+        meta = read_sidecar(run / "labels")[1]
+        assert meta["summary"]["value_pretrained"]["path"] == str(first / "value")
+        assert meta["summary"]["value_pretrained"]["fitted_on_dataset"] == read_sidecar(first / "labels")[1]["dataset"]
+    assert len(read_sidecar(tmp_path / "on_other" / "labels")[0].index) == 54
+    np.testing.assert_array_equal(read_sidecar(tmp_path / "on_same" / "labels")[0].value,
+                                  read_sidecar(first / "labels")[0].value)
+    assert (tree_hash(dataset), tree_hash(other)) == before
+
+
+def test_a_pretrained_value_model_that_does_not_fit_is_refused_before_anything_is_written(dataset, tmp_path, capsys):
+    fitted = tmp_path / "fitted"
+    assert _offline("recap", dataset, fitted, "steps=1") == 0
+    short = make_dataset(tmp_path / "short", lengths=[8, 10], tasks=("push the cube 0",))  # M = 10, a new word
+    cases = ((short, [], ["(20.0, 20.0)", "(10.0, 10.0)", "['push']"]),
+             (short, ["algo.labels.max_episode_length=20"], ["['push']"]),  # M as the model's: only the word is left
+             (dataset, ["algo.labels.fail_penalty=5"], ["(20.0, 5.0)"]),
+             (dataset, [], ["no value model there"]))
+    for i, (data, extra, messages) in enumerate(cases):
+        source = tmp_path / "nowhere" if "no value model there" in messages else fitted / "value"
+        capsys.readouterr()
+        assert _offline("recap", data, tmp_path / f"refused{i}", "steps=1", f"algo.value.pretrained={source}",
+                        *extra) == 2
+        err = capsys.readouterr().err
+        assert all(m in err for m in messages), err
+        if i == 1:
+            assert "(M, C)" not in err, err
+        assert not (tmp_path / f"refused{i}").exists()
+
+
 def test_awr_oversamples_through_the_sampler(dataset, tmp_path):
     before = tree_hash(dataset)
     run = tmp_path / "awr"

@@ -17,6 +17,7 @@ AWR (``robot_rl.algos.awr``) shares steps 1-2 and oversamples high-advantage fra
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from collections.abc import Callable
@@ -49,6 +50,12 @@ class ValueTrainConfig:
     max_grad_norm: float = 1.0
     seed: int = 0  # the generator drawing its frames (the policy's sampler stream is left untouched)
     eval_batch_size: int = 256  # frames per forward pass when labelling
+    # A value model folder saved by an earlier run (``<run>/value`` of ``robot-rl offline algo=recap|awr`` or of a
+    # ``robot-rl recap`` round) to label this dataset with, instead of fitting one here: e.g. a model fitted once on
+    # everything logged, labelling a subset. It must read this dataset's cameras, image size, state size and task
+    # words, and have been fitted to the same targets (algo.labels.max_episode_length, fail_penalty); the fitting
+    # settings above are then unused. Copied into this run's ``value`` folder, so the run stays self-contained.
+    pretrained: str | None = None
     model: ValueConfig = field(default_factory=ValueConfig)
 
     def __post_init__(self) -> None:
@@ -211,6 +218,59 @@ def value_config_for(sampler: Any, base: ValueConfig) -> ValueConfig:
                                state_dim=int(sampler.features[keys.OBS_STATE][0][-1]))
 
 
+def target_settings(labels: LabelConfig) -> dict[str, Any]:
+    """The label settings that fix a value model's targets (and so the scale of its values): M and C."""
+    return {"max_episode_length": labels.max_episode_length, "fail_penalty": labels.fail_penalty}
+
+
+def load_pretrained_value(folder: str | Path, sampler: Any, labels: LabelConfig,
+                          device: torch.device | str = "cpu") -> tuple[ValueModel, dict[str, Any], str]:
+    """``algo.value.pretrained``: a value model saved by an earlier run, checked against the data it is to label
+    (``sampler``: the model's cameras present at its image size, its state size, every word of the instructions in
+    its vocabulary) and against the targets the labels assume here (M and C as ``labels`` resolves them on this
+    data: the scale of the values the N-step advantage adds to rewards). Returns the model, its saved meta and the
+    sha256 of its manifest (its content's name).
+
+    Raises:
+        ValueError: no value model in ``folder``, or one that does not fit, naming every difference.
+    """
+    from policies.flow_vla.encoders import split_words
+    from robot_rl.checkpoint import MANIFEST
+    from robot_rl.data.labels import max_length
+
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        raise ValueError(f"algo.value.pretrained={folder}: no value model there (expected the 'value' folder of an "
+                         f"earlier `robot-rl offline algo=recap|awr` run, holding {MANIFEST})")
+    model, meta = load_value_model(folder, device)
+    digest = hashlib.sha256((folder / MANIFEST).read_bytes()).hexdigest()
+    problems = []
+    m = max_length(np.asarray(sampler.columns()["episode_index"]), labels.max_episode_length)
+    here = (float(m), float(m if labels.fail_penalty is None else labels.fail_penalty))
+    m_src = meta.get("max_episode_length")
+    c_src = ((meta.get("settings") or {}).get("targets") or {}).get("fail_penalty")
+    fitted = None if m_src is None else (float(m_src), float(m_src if c_src is None else c_src))
+    if fitted != here:
+        problems.append(f"it was fitted to targets with (M, C) = {fitted} frames and this data's labels use {here} "
+                        "(set algo.labels.max_episode_length and algo.labels.fail_penalty to the model's)")
+    for cam in model.cfg.cameras:
+        feature = sampler.features.get(keys.lerobot_image_key(cam))
+        if feature is None:
+            problems.append(f"it reads camera {cam!r}, which the dataset lacks")
+        elif [int(d) for d in feature[0][-2:]] != list(model.cfg.image_size):
+            problems.append(f"it reads {cam!r} at {model.cfg.image_size} pixels, the dataset has "
+                            f"{[int(d) for d in feature[0][-2:]]}")
+    state_dim = int(sampler.features[keys.OBS_STATE][0][-1])
+    if state_dim != model.cfg.state_dim:
+        problems.append(f"it reads {model.cfg.state_dim} state values, the dataset has {state_dim}")
+    unknown = sorted({w for task in sampler.tasks for w in split_words(task)} - set(model.cfg.vocab))
+    if unknown:
+        problems.append(f"the dataset's instructions hold words it was never trained on: {unknown[:10]}")
+    if problems:
+        raise ValueError(f"algo.value.pretrained={folder} cannot label {sampler.cfg.root}: " + "; ".join(problems))
+    return model, meta, digest
+
+
 def _frame_table(sampler: Any) -> dict[str, np.ndarray]:
     cols = {k: v.numpy() for k, v in sampler.columns().items() if k not in (keys.OBS_STATE, keys.ACTION_COL)}
     cols["task_index"] = np.asarray(sampler.task_index)
@@ -219,14 +279,22 @@ def _frame_table(sampler: Any) -> dict[str, np.ndarray]:
 
 def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device: torch.device,
                        log: Callable[[int, dict[str, float]], None] | None = None) -> tuple[Labels, dict[str, Any]]:
-    """Fit the value model on every frame of ``sampler``, label them, and write ``<run_dir>/value`` and the sidecar
-    ``<run_dir>/labels``. Either is reused when it exists for the same data (fingerprint) and settings, so a resumed
-    run skips the stages it finished; the value model only needs the same value settings and targets (M, C), so a
-    relabelling (another N or positive fraction) reuses it. Returns the labels and a summary (timings, VOC, AUC)."""
+    """Fit the value model on every frame of ``sampler`` (or take ``cfg.value.pretrained``'s), label them, and write
+    ``<run_dir>/value`` and the sidecar ``<run_dir>/labels``. Either is reused when it exists for the same data
+    (fingerprint) and settings, so a resumed run skips the stages it finished; the value model only needs the same
+    value settings and targets (M, C), so a relabelling (another N or positive fraction) reuses it. Returns the labels
+    and a summary (timings, VOC, AUC)."""
     fingerprint = sampler.fingerprint()
-    settings = {"value": asdict(cfg.value), "labels": asdict(cfg.labels)}
-    value_settings = {"value": asdict(cfg.value), "targets": {"max_episode_length": cfg.labels.max_episode_length,
-                                                              "fail_penalty": cfg.labels.fail_penalty}}
+    targets_cfg = target_settings(cfg.labels)
+    pretrained = None
+    if cfg.value.pretrained:  # checked first: a model that does not fit fails before anything is written
+        pretrained = load_pretrained_value(cfg.value.pretrained, sampler, cfg.labels, device)
+        # named by its content, not its path: another model saved at the same path is not mistaken for this one
+        value_fields: dict[str, Any] = {"pretrained_manifest_sha256": pretrained[2]}
+    else:
+        value_fields = asdict(cfg.value)
+    settings = {"value": value_fields, "labels": asdict(cfg.labels)}
+    value_settings = {"value": value_fields, "targets": targets_cfg}
     summary: dict[str, Any] = {}
     success_col = keys.SUCCESS_COL
     inter_col = keys.INTERVENTION_COL if keys.INTERVENTION_COL in sampler.extras else None
@@ -245,7 +313,14 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
             model = None
         else:
             print(f"recap: reusing the value model in {value_dir}", file=sys.stderr)
-    if model is None:
+    if model is None and pretrained is not None:
+        model, source_meta, digest = pretrained
+        summary["value_pretrained"] = {"path": str(cfg.value.pretrained), "manifest_sha256": digest,
+                                       "fitted_on_dataset": source_meta.get("dataset")}
+        save_value_model(model, value_dir, {"dataset": fingerprint, "settings": value_settings,
+                                            "max_episode_length": max_len, "pretrained": summary["value_pretrained"]})
+        print(f"recap: labelling with the pretrained value model {cfg.value.pretrained}", file=sys.stderr)
+    elif model is None:
         start = time.perf_counter()
         model = ValueModel.from_stats(sampler.stats, sampler.tasks, value_config_for(sampler, cfg.value.model))
         learner = ValueLearner(model, cfg.value, device)

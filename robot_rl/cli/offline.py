@@ -223,6 +223,10 @@ def build_offline(cfg: Any) -> OfflineTraining:
         data_raw["extra_columns"] = extra + [c for c in outcome_columns(data_meta) if c not in extra]
     horizon = int(policy_raw.get("horizon", FlowVLAConfig.horizon))  # the chunks the policy learns to predict
     sampler = ChunkSampler(typed(ChunkDatasetConfig, {**data_raw, "horizon": horizon, "history": 1}, "dataset"))
+    if adv_cfg is not None and adv_cfg.value.pretrained:  # a value model that does not fit: refused before any write
+        from robot_rl.algos.recap import load_pretrained_value
+
+        load_pretrained_value(adv_cfg.value.pretrained, sampler, adv_cfg.labels)
     policy = build_policy(policy_raw, sampler)
     if s.init_policy and ckpt is None:
         init_weights(policy, s.init_policy)
