@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mujoco
 import torch
 
 from sim import so101
 from sim.state import SimState
+from sim.task import Task
 
 CAMERAS = ("front", "wrist")
 
@@ -25,7 +26,24 @@ class ArmTaskConfig:
     max_delta: float = 0.08  # rad per control step for arm joints at |a| = 1
     max_delta_gripper: float = 0.15  # rad per control step for the gripper at |a| = 1
     init_joint_noise: float = 0.05  # rad, uniform noise around the home pose at reset
+    terminate_on_success: bool = True  # end an episode on its success step
+    cameras: list[str] = field(default_factory=list)  # e.g. ["front", "wrist"] to add image observations
+    image_width: int = 128  # px
+    image_height: int = 128  # px
 PROPRIO_PARTS = (("joint_pos", 6),)  # rad, LeRobot's joint order: what a real SO-101 reports about itself
+
+
+class ArmTask(Task):
+    """An SO-101 task: six joint targets per action, images from the config's cameras (of ``CAMERAS``)."""
+
+    def __init__(self, cfg: ArmTaskConfig) -> None:
+        validate_cameras(cfg.cameras)
+        self.cfg = cfg
+        self.decimation = cfg.decimation
+        self.action_dim = 6
+
+    def cameras(self) -> list[str]:
+        return list(self.cfg.cameras)
 
 
 def concat(values: dict[str, torch.Tensor], layout: Sequence[tuple[str, int]]) -> torch.Tensor:

@@ -11,7 +11,6 @@ from policies import keys
 from robot_rl.env import Obs, ObsSpec
 from sim import so101
 from sim.state import SimState
-from sim.task import Task
 from sim.tasks import common
 
 CUBE_HALF = 0.0125  # m, half the cube's side
@@ -25,13 +24,9 @@ class LiftConfig(common.ArmTaskConfig):
     cube_high: list[float] = field(default_factory=lambda: [0.24, 0.08])  # m
     cube_yaw: float = 0.7854  # rad, cube yaw drawn from [-cube_yaw, cube_yaw]
     lift_height: float = 0.05  # m above the resting height that counts as lifted
-    terminate_on_success: bool = True
     reward_weights: dict[str, float] = field(
         default_factory=lambda: {"reach": 2.0, "grasp": 0.5, "lift": 2.0, "success": 20.0}
     )
-    cameras: list[str] = field(default_factory=list)  # e.g. ["front", "wrist"] to add image observations
-    image_width: int = 128  # px
-    image_height: int = 128  # px
 
 
 # The observation, part by part (positions in m, world frame; 0.1 * joint velocities in rad/s; the cube's quaternion
@@ -41,16 +36,11 @@ POLICY_PARTS = (("joint_pos", 6), ("joint_vel", 6), ("grasp_pos", 3), ("cube_pos
 CRITIC_PARTS = (*POLICY_PARTS, ("cube_linvel", 3))
 
 
-class LiftTask(Task):
+class LiftTask(common.ArmTask):
     name = "so101_lift"
     instruction = "Pick up the red cube and lift it."
     reward_term_names = ("reach", "grasp", "lift", "success")
-
-    def __init__(self, cfg: LiftConfig) -> None:
-        common.validate_cameras(cfg.cameras)
-        self.cfg = cfg
-        self.decimation = cfg.decimation
-        self.action_dim = 6
+    cfg: LiftConfig
 
     def build_spec(self) -> mujoco.MjSpec:
         spec = common.scene_spec(sites=("grasp",), bodies=("cube",), quats=("cube",), linvel_bodies=("cube",))
@@ -116,9 +106,6 @@ class LiftTask(Task):
 
     def terminated(self, state: SimState) -> torch.Tensor:
         return state.sensor("cube_pos")[:, 2] < -0.05  # fell off the table
-
-    def cameras(self) -> list[str]:
-        return list(self.cfg.cameras)
 
     def task_state_dict(self) -> dict[str, torch.Tensor]:
         return {"last_action": self.last_action}

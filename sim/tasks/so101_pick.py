@@ -15,7 +15,6 @@ from policies import keys
 from robot_rl.env import Obs, ObsSpec
 from sim import so101
 from sim.state import SimState
-from sim.task import Task
 from sim.tasks import common
 
 COLOURS = ("red", "green", "blue")  # index = the one-hot position and the ``target`` value
@@ -37,13 +36,9 @@ class PickConfig(common.ArmTaskConfig):
     min_cube_distance: float = 0.05  # m, least distance between two cubes' centres at reset
     cube_yaw: float = 0.7854  # rad, each cube's yaw drawn from [-cube_yaw, cube_yaw]
     lift_height: float = 0.05  # m above the resting height that counts as lifted
-    terminate_on_success: bool = True
     reward_weights: dict[str, float] = field(
         default_factory=lambda: {"reach": 2.0, "grasp": 0.5, "lift": 2.0, "success": 20.0}
     )
-    cameras: list[str] = field(default_factory=list)  # e.g. ["front", "wrist"] to add image observations
-    image_width: int = 128  # px
-    image_height: int = 128  # px
 
     def __post_init__(self) -> None:
         if len(self.cube_low) != 2 or len(self.cube_high) != 2:
@@ -61,16 +56,11 @@ POLICY_PARTS = (("joint_pos", 6), ("joint_vel", 6), ("grasp_pos", 3), ("target_o
 CRITIC_PARTS = (*POLICY_PARTS, ("target_rel", 3), ("target_linvel", 3))
 
 
-class PickTask(Task):
+class PickTask(common.ArmTask):
     name = "so101_pick"
     instruction = "pick up the red cube"  # the text when red is named; ``instructions`` gives each env's own
     reward_term_names = ("reach", "grasp", "lift", "success")
-
-    def __init__(self, cfg: PickConfig) -> None:
-        common.validate_cameras(cfg.cameras)
-        self.cfg = cfg
-        self.decimation = cfg.decimation
-        self.action_dim = 6
+    cfg: PickConfig
 
     def build_spec(self) -> mujoco.MjSpec:
         """The SO-101 scene with its one cube and the reach/push markers replaced by three coloured cubes."""
@@ -176,9 +166,6 @@ class PickTask(Task):
 
     def terminated(self, state: SimState) -> torch.Tensor:
         return (self._stack(state, "_pos")[:, :, 2] < -0.05).any(dim=1)  # a cube fell off the table
-
-    def cameras(self) -> list[str]:
-        return list(self.cfg.cameras)
 
     def task_state_dict(self) -> dict[str, torch.Tensor]:
         return {"target": self.target, "last_action": self.last_action}

@@ -11,7 +11,6 @@ from policies import keys
 from robot_rl.env import Obs, ObsSpec
 from sim import so101
 from sim.state import SimState
-from sim.task import Task
 from sim.tasks import common
 
 
@@ -25,13 +24,9 @@ class PushConfig(common.ArmTaskConfig):
     push_distance: list[float] = field(default_factory=lambda: [0.06, 0.09])  # m, cube-to-goal distance range
     goal_angle: float = 0.5236  # rad, goal direction within +-goal_angle of the +y or the -y axis (a sideways push)
     success_threshold: float = 0.025  # m, cube-to-goal distance in the table plane that counts as placed
-    terminate_on_success: bool = True
     reward_weights: dict[str, float] = field(
         default_factory=lambda: {"reach": 1.0, "push": 5.0, "success": 20.0}
     )
-    cameras: list[str] = field(default_factory=list)  # e.g. ["front", "wrist"] to add image observations
-    image_width: int = 128  # px
-    image_height: int = 128  # px
 
 
 # The observation, part by part (positions in m, world frame; goal xy on the table; 0.1 * joint velocities in
@@ -41,16 +36,11 @@ POLICY_PARTS = (("joint_pos", 6), ("joint_vel", 6), ("ee_pos", 3), ("cube_pos", 
 CRITIC_PARTS = (*POLICY_PARTS, ("cube_linvel", 3))
 
 
-class PushTask(Task):
+class PushTask(common.ArmTask):
     name = "so101_push"
     instruction = "Push the red cube onto the blue circle."
     reward_term_names = ("reach", "push", "success")
-
-    def __init__(self, cfg: PushConfig) -> None:
-        common.validate_cameras(cfg.cameras)
-        self.cfg = cfg
-        self.decimation = cfg.decimation
-        self.action_dim = 6
+    cfg: PushConfig
 
     def build_spec(self) -> mujoco.MjSpec:
         spec = common.scene_spec(sites=("ee", "grasp"), bodies=("cube",), linvel_bodies=("cube",), markers=("goal",))
@@ -116,9 +106,6 @@ class PushTask(Task):
 
     def terminated(self, state: SimState) -> torch.Tensor:
         return state.sensor("cube_pos")[:, 2] < -0.05  # fell off the table
-
-    def cameras(self) -> list[str]:
-        return list(self.cfg.cameras)
 
     def task_state_dict(self) -> dict[str, torch.Tensor]:
         return {"goal": self.goal, "last_action": self.last_action}

@@ -11,7 +11,6 @@ from policies import keys
 from robot_rl.env import Obs, ObsSpec
 from sim import so101
 from sim.state import SimState
-from sim.task import Task
 from sim.tasks import common
 
 
@@ -24,13 +23,9 @@ class ReachConfig(common.ArmTaskConfig):
     target_low: list[float] = field(default_factory=lambda: [0.10, -0.22, 0.03])  # m
     target_high: list[float] = field(default_factory=lambda: [0.32, 0.22, 0.28])  # m
     success_threshold: float = 0.02  # m, tool-to-target distance that counts as reached
-    terminate_on_success: bool = True
     reward_weights: dict[str, float] = field(
         default_factory=lambda: {"distance": 1.0, "near": 0.0, "success": 10.0, "action_rate": 0.01}
     )
-    cameras: list[str] = field(default_factory=list)  # e.g. ["front", "wrist"] to add image observations
-    image_width: int = 128  # px
-    image_height: int = 128  # px
 
 
 # The observation, part by part (positions in m, world frame; 0.1 * joint velocities in rad/s; actions in [-1, 1]).
@@ -38,16 +33,11 @@ POLICY_PARTS = (("joint_pos", 6), ("joint_vel", 6), ("ee_pos", 3), ("target_pos"
                 ("last_action", 6))
 
 
-class ReachTask(Task):
+class ReachTask(common.ArmTask):
     name = "so101_reach"
     instruction = "Move the gripper to the green target."
     reward_term_names = ("distance", "near", "success", "action_rate")
-
-    def __init__(self, cfg: ReachConfig) -> None:
-        common.validate_cameras(cfg.cameras)
-        self.cfg = cfg
-        self.decimation = cfg.decimation
-        self.action_dim = 6
+    cfg: ReachConfig
 
     def build_spec(self) -> mujoco.MjSpec:
         return common.scene_spec(sites=("ee",), markers=("target",))
@@ -101,9 +91,6 @@ class ReachTask(Task):
 
     def success(self, state: SimState) -> torch.Tensor:
         return self._distance(state) < self.cfg.success_threshold
-
-    def cameras(self) -> list[str]:
-        return list(self.cfg.cameras)
 
     def task_state_dict(self) -> dict[str, torch.Tensor]:
         return {"target": self.target, "last_action": self.last_action, "prev_action": self.prev_action}
