@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -55,23 +56,49 @@ NUM_ENVS = {"so101_reach": 64, "so101_lift": 256}  # lift: the README's recipe (
 METHODS = ("ours", "sb3", "sb3_gym")  # sb3_gym: SB3 through gymnasium.make envs (run_sb3)
 
 
-def run_ours(task: str, seed: int, budget_min: float) -> dict:
-    """Through the CLI's own train(): the recipe in configs/algo/ppo.yaml, nothing tuned here."""
+def run_ours(task: str, seed: int, budget_min: float, keep: Path | None = None) -> dict:
+    """Through the CLI's own train(): the recipe of configs/algo/ppo.yaml (with the task's own, where
+    configs/algo_task has one), nothing tuned here. ``keep``: runs go to ``keep/<task>_s<seed>``, and a finished run
+    already there with the same composed config (``robot-rl train`` with these overrides) is read, not retrained:
+    CPU runs are deterministic, so it is the run this would make (an interrupted benchmark loses nothing)."""
+    from omegaconf import OmegaConf
+
     from robot_rl.cli.build import compose
     from robot_rl.cli.main import train
     from robot_rl.logging import read_curve
 
-    run_dir = Path(tempfile.mkdtemp(prefix="ppo_vs_sb3_ours_"))
+    run_dir = keep / f"{task}_s{seed}" if keep else Path(tempfile.mkdtemp(prefix="ppo_vs_sb3_ours_"))
     cfg = compose("train", [f"task={task}", "algo=ppo", f"seed={seed}", f"sim.num_envs={NUM_ENVS[task]}",
                              f"sim.num_threads={THREADS}", "total_steps=null", f"max_minutes={budget_min}",
                              f"stop_success_rate={TARGET}", f"success_window={WINDOW}", "eval.enabled=false",
                              "logger.progress=false", "logger.tensorboard=false", "checkpoint_every=100000",
                              f"run_dir={run_dir}"])
-    train(cfg)
+    reused = keep is not None and _finished_run(run_dir, OmegaConf.to_container(cfg), budget_min)
+    if reused:
+        print(f"{task} ours seed {seed}: reading the finished run {run_dir}", flush=True)
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        train(cfg)
     pts = read_curve(run_dir)
     curve = [(p["wall_s"], p["env_steps"], p["success_rate"], p["sim_s"]) for p in pts
              if p["success_rate"] is not None]
-    return _summary(curve, budget_min)
+    return {**_summary(curve, budget_min), **({"reused_run": str(run_dir)} if reused else {})}
+
+
+def _finished_run(run_dir: Path, composed: dict, budget_min: float) -> bool:
+    """Whether ``run_dir`` holds a run of ``composed`` (its config.yaml equal but for run_dir) that stopped at the
+    target success rate or at the budget."""
+    import yaml
+
+    from robot_rl.logging import read_curve
+
+    if not (run_dir / "config.yaml").is_file() or not (run_dir / "curve.jsonl").is_file():
+        return False
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    if {**saved, "run_dir": None} != {**composed, "run_dir": None}:
+        return False
+    pts = read_curve(run_dir)
+    return bool(pts) and ((pts[-1]["success_rate"] or 0.0) >= TARGET or pts[-1]["wall_s"] >= 60 * budget_min)
 
 
 def run_sb3(task: str, seed: int, budget_min: float, gym_path: bool = False) -> dict:
@@ -228,6 +255,8 @@ def main() -> None:
     parser.add_argument("--budget-min", type=float, default=None, help="override every task's wall-clock budget")
     parser.add_argument("--merge-from", type=Path, nargs="*", default=[],
                         help="earlier ppo_vs_sb3.json files to add runs from (parts run in other processes)")
+    parser.add_argument("--keep-runs", type=Path, default=None,
+                        help="ours' run folders go here (<task>_s<seed>); finished ones of the same config are read")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
@@ -239,7 +268,8 @@ def main() -> None:
     for task in tasks:
         for seed in seeds:
             for name in args.methods:
-                fn = run_ours if name == "ours" else partial(run_sb3, gym_path=name == "sb3_gym")
+                fn = partial(run_ours, keep=args.keep_runs) if name == "ours" else partial(
+                    run_sb3, gym_path=name == "sb3_gym")
                 r = runs[task][name][seed] = fn(task, seed, budgets[task])
                 print(f"{task} {name} seed {seed}: reached={r['reached']} wall_s={r['wall_s_to_target']} "
                       f"env_steps={r['env_steps_to_target']} final_success={r['final_success_rate']}", flush=True)

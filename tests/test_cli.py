@@ -139,6 +139,32 @@ def test_algo_defaults_come_from_the_dataclasses(algo):
         compose("train", [f"algo={algo}", "algo.entropy_cof=0.1"])
 
 
+def test_a_task_recipe_overrides_the_algorithm_defaults_and_the_command_line_overrides_it():
+    """configs/algo_task/<algo>_<task>.yaml applies to that pair only; every such file names a real pair and keys
+    the algorithm has (a typo would be refused), and its values are what the pair composes to."""
+    import yaml
+
+    from robot_rl.cli.build import CONFIG_DIR, compose
+    from robot_rl.cli.schemas import algo_schemas
+    from sim.registry import _tasks
+
+    files = sorted((CONFIG_DIR / "algo_task").glob("*.yaml"))
+    assert files
+    algos = {f.stem for f in (CONFIG_DIR / "algo").glob("*.yaml")}
+    for f in files:
+        algo, task = next((a, f.stem[len(a) + 1:]) for a in sorted(algos, key=len, reverse=True)
+                          if f.stem.startswith(a + "_"))
+        assert task in _tasks(), f.name
+        composed = compose("train", [f"algo={algo}", f"task={task}"]).algo
+        schema = algo_schemas()["flashsac" if algo.startswith("flashsac") else algo]
+        for key, value in yaml.safe_load(f.read_text()).items():
+            assert key in schema, (f.name, key)  # the learner's config would refuse it; say which file
+            assert composed[key] == value, (f.name, key)
+    assert compose("train", ["task=so101_lift"]).algo.use_clipped_value_loss is False
+    assert compose("train", ["task=so101_reach"]).algo.use_clipped_value_loss is True  # rsl_rl's default
+    assert compose("train", ["task=so101_lift", "algo.use_clipped_value_loss=true"]).algo.use_clipped_value_loss
+
+
 def test_a_misspelled_top_level_key_is_an_error_naming_it(capsys):
     assert main(["train", "totl_steps=10"]) == 2
     assert "totl_steps" in capsys.readouterr().err

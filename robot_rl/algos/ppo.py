@@ -36,8 +36,8 @@ class PPOConfig:
     clip: float = 0.2  # surrogate ratio clip ε: ratio kept in [1 − ε, 1 + ε]
     value_clip: float = 0.2  # value change clip around the collecting critic's value (return units)
     # Max of clipped and unclipped squared errors (rsl_rl's; else plain MSE, SB3's). so101_lift (returns in the
-    # hundreds), 256 envs, seeds 0-2: clipped reached 90 % on every seed (3.05, 2.89, 5.55 M env steps); unclipped
-    # was faster on seeds 1-2 (1.75, 1.27 M) and had no success on seed 0 in 4.56 M.
+    # hundreds), 256 envs, seeds 0-2, env steps to 90 %: clipped 3.05, 2.89, 5.55 M; unclipped 7.46, 1.75, 1.27 M
+    # (median 3.05 -> 1.75 M), so so101_lift's recipe turns it off (configs/algo_task/ppo_so101_lift.yaml).
     use_clipped_value_loss: bool = True
     # Value targets normalised by running statistics of the returns: the critic predicts (R − μ_R) / σ_R, so the value
     # clip and loss are in σ units whatever the task's return scale (so101_lift's returns are in the hundreds). Off:
