@@ -18,12 +18,20 @@ V(o) scores below 1. This benchmark measures how far below, with the same episod
 3. **Scores** on the held-out successful episodes: VOC over all of them, over the expert's and over the degraded
    successes, and the success AUC; beside them ``recap.py``'s image value models' (from ``recap.json``).
 
+4. **RECAP labelled by the better model** (``--recap``, after ``--image``): ``recap.py``'s ``recap_balanced`` on its
+   300 mixed episodes, labelled per frame by the image value model fitted on the scaled set
+   (``algo.value.pretrained``) and, beside it, by its own 300-episode value model; success at each CFG β on
+   ``recap.py``'s evaluation seeds, and the expert's share of the positives.
+
 Privileged state with 5x the data is close to the best V(o) of these episodes (the cube's and arm's full state is
 what decides the rest of the episode, up to the scripted flaws' own randomness): its VOC is what the goal can hope
 for on this held-out mix.
 
     python benchmarks/value_ceiling.py                      # ~40 min on 2 cores (collection ~15 min)
     python benchmarks/value_ceiling.py --scale 2 --steps 300 --seeds 1 --out /tmp/vc   # a smoke run (~8 min)
+
+    python benchmarks/value_ceiling.py --image --compare /tmp/recap_bench/heldout --image-value-steps 12000
+    python benchmarks/value_ceiling.py --recap --compare /tmp/recap_bench/heldout   # after --image (12,000 steps)
 
 Writes ``benchmarks/results/value_ceiling.json`` + ``value_ceiling.png``.
 """
@@ -220,6 +228,50 @@ def image_scaled(a: argparse.Namespace, sets: dict[str, list[tuple[int, float, i
     return out
 
 
+# --------------------------------------------------------------------------- RECAP labelled by the scaled model
+RECAP_BALANCED = ["algo.lr_schedule=cosine", "algo.warmup_updates=200", f"algo.labels.max_episode_length={EPISODE_LENGTH}",
+                  "algo.recap.positive_share=0.5"]  # recap.py's recap_balanced (its --extra, value_extra, variant)
+RECAP_BETAS = (1.0, 1.5, 2.5)
+
+
+def recap_with_scaled_value(a: argparse.Namespace) -> dict[str, Any]:
+    """recap.py's ``recap_balanced`` (seed 0, its settings and evaluation seeds) on its 300 mixed episodes
+    (``--compare``'s sibling ``mixed``), labelled per frame by (a) the image value model ``--image`` fitted on the
+    scaled set (``algo.value.pretrained``, nothing refitted) and (b) its own value model fitted on the 300 episodes
+    (recap.py's recipe, 1,500 value steps): does a better value model make per-frame RECAP labels pay off? Scored by
+    success over 100 seeded episodes at each CFG β, the expert's share of the positives, and each model's held-out
+    VOC."""
+    from benchmarks.recap import EVAL_SEED, evaluate_policy, heldout_voc, label_quality, train
+    from policies import load_policy
+
+    mixed = a.compare.parent / "mixed"
+    scaled = a.work / f"image_value_train_{a.scale}x_{a.recap_value_steps}" / "value"
+    if not (scaled / "manifest.json").is_file():
+        raise SystemExit(f"--recap needs the scaled image value model {scaled} (run --image with "
+                         f"--image-value-steps {a.recap_value_steps} first)")
+    variants = {"scaled_value": [f"algo.value.pretrained={scaled}"], "own_value": ["algo.value.steps=1500"]}
+    out: dict[str, Any] = {"dataset": str(mixed), "policy_steps": a.recap_steps, "value_model_scaled": str(scaled),
+                           "eval_episodes": 100, "eval_seed": EVAL_SEED, "runs": {}}
+    for name, extra in variants.items():
+        run_dir = a.work / f"recap_{name}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        t = time.perf_counter()
+        rec = train("recap", mixed, run_dir, a.recap_steps, 0, RECAP_BALANCED + extra)
+        policy = load_policy(rec["policy"])
+        success = {}
+        for beta in RECAP_BETAS:
+            policy.cfg.guidance_beta = beta
+            success[f"beta{beta:g}"] = evaluate_policy(policy, 100, a.num_envs, EVAL_SEED)["success_rate"]
+        quality = label_quality(run_dir / "labels", 90)
+        out["runs"][name] = {
+            "command": rec["command"], "seconds": round(time.perf_counter() - t, 1), "success": success,
+            "heldout_voc": round(heldout_voc(run_dir / "value", a.compare)["voc"], 4),
+            "expert_share_of_positives": round(quality["expert_share_of_positives"], 4),
+            "positive_rate_by_fifth_expert": quality["positive_rate_by_fifth_expert"]}
+        print(f"recap_balanced labelled by {name}: {out['runs'][name]}", file=sys.stderr)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------------ plot
 def plot(data: dict[str, Any], curves: dict[str, Any], path: Path) -> None:
     import matplotlib
@@ -267,6 +319,11 @@ def main() -> None:
                         "set recorded with cameras (needs --compare, recap.py's held-out dataset)")
     p.add_argument("--image-value-steps", type=int, nargs="+", default=[6000],
                    help="--image: value model gradient steps (one run each)")
+    p.add_argument("--recap", action="store_true",
+                   help="add to the value_ceiling.json in --out: recap.py's recap_balanced on its mixed set (the "
+                        "folder beside --compare) labelled by the --image model vs by its own value model")
+    p.add_argument("--recap-value-steps", type=int, default=12000, help="--recap: which --image model labels")
+    p.add_argument("--recap-steps", type=int, default=3000, help="--recap: policy gradient steps (recap.py's)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the MLPs are small: one is fastest)")
     p.add_argument("--work", type=Path, default=Path("/tmp/value_ceiling"))
     p.add_argument("--skip-collect", action="store_true", help="reuse the datasets in --work")
@@ -280,16 +337,19 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     sets = {"train_1x": [(90, 1.0, 0), (210, 0.0, 1)], "heldout": [(15, 1.0, 2), (35, 0.0, 3)],
             f"train_{a.scale}x": [(90 * a.scale, 1.0, 10), (210 * a.scale, 0.0, 11)]}
-    if a.image:
+    if a.image or a.recap:
         if a.compare is None:
-            p.error("--image needs --compare (recap.py's held-out dataset, with cameras)")
+            p.error("--image and --recap need --compare (recap.py's held-out dataset, with cameras)")
         path = a.out / f"{NAME}.json"
         data = {k: v for k, v in json.loads(path.read_text()).items()
                 if k not in ("name", "date", "commit", "command", "machine", "goals")}
         data["settings"].setdefault("extended_by", []).append(" ".join(sys.argv))
-        earlier = data.get("image_model_scaled", {}).get("runs", {})  # runs of other step counts stay
-        data["image_model_scaled"] = image_scaled(a, sets)
-        data["image_model_scaled"]["runs"] = {**earlier, **data["image_model_scaled"]["runs"]}
+        if a.image:
+            earlier = data.get("image_model_scaled", {}).get("runs", {})  # runs of other step counts stay
+            data["image_model_scaled"] = image_scaled(a, sets)
+            data["image_model_scaled"]["runs"] = {**earlier, **data["image_model_scaled"]["runs"]}
+        if a.recap:
+            data["recap_labelled_by_scaled_value"] = recap_with_scaled_value(a)
         write_result(NAME, data, [], a.out)
         plot(data, data["curve_example"], a.out / f"{NAME}.png")
         return

@@ -68,3 +68,15 @@ def test_early_stopping_keeps_the_best_validation_step():
     best = max(info["validation_curve"], key=lambda c: c[1])
     assert info["chosen_step"] == best[0] and info["validation_voc"] == best[1]
     assert scores(predict(model, x[val]), vcols)["voc"] == pytest.approx(best[1], abs=1e-4)  # that model, restored
+
+
+def test_recap_stage_needs_the_scaled_image_model_first(tmp_path):
+    import argparse
+
+    from benchmarks.value_ceiling import recap_with_scaled_value
+
+    a = argparse.Namespace(compare=tmp_path / "recap" / "heldout", work=tmp_path / "vc", scale=5,
+                           recap_value_steps=12000, recap_steps=3000, num_envs=25)
+    with pytest.raises(SystemExit, match=r"image_value_train_5x_12000.*--image-value-steps 12000"):
+        recap_with_scaled_value(a)
+    assert not (tmp_path / "vc").exists()  # nothing trained or written
