@@ -103,13 +103,16 @@ def load_policy_as(cls: Any, path: str | Path, device: str | torch.device = "cpu
         raise PolicyFileError(path / CONFIG_FILE, f"is not a {cls.type_name!r} policy")
     for key, value in getattr(cls.config_class, "ABSENT_KEY_DEFAULTS", {}).items():
         raw.setdefault(key, value)  # a file written before the option existed: built without it
+    # The weights file is checked before any model is built: a malformed one is refused in bounded time
+    # (RELIABILITY.md F3), while the first model built in a process on the meta device imports torch._dynamo
+    # (orthogonal init goes through torch._refs there: ~1.5 s once).
+    weights = load_safetensors(path / WEIGHTS_FILE, PolicyFileError)
     try:
         cfg = config_from_dict(cls.config_class, raw)
         with torch.device("meta"):  # shapes and dtypes only: a config asking for huge layers allocates nothing
             expected = _model_weights(cls(cfg))
     except (TypeError, ValueError, KeyError) as e:
         raise PolicyFileError(path / CONFIG_FILE, f"not a valid {cls.type_name!r} config: {str(e)[:200]}") from None
-    weights = load_safetensors(path / WEIGHTS_FILE, PolicyFileError)
     check_weights(expected, weights, path / WEIGHTS_FILE)
     policy = cls(cfg, load_processor(path))
     policy.load_state_dict({**weights, **{PROCESSOR_PREFIX + k: v for k, v in policy.processor.state_dict().items()}})
