@@ -161,7 +161,8 @@ def test_a_task_recipe_overrides_the_algorithm_defaults_and_the_command_line_ove
             assert key in schema, (f.name, key)  # the learner's config would refuse it; say which file
             assert composed[key] == value, (f.name, key)
     assert compose("train", ["task=so101_lift"]).algo.use_clipped_value_loss is False
-    assert compose("train", ["task=so101_reach"]).algo.use_clipped_value_loss is True  # rsl_rl's default
+    assert compose("train", ["task=so101_reach"]).algo.use_clipped_value_loss is False
+    assert compose("train", ["task=humanoid_walk"]).algo.use_clipped_value_loss is True  # rsl_rl's default
     assert compose("train", ["task=so101_lift", "algo.use_clipped_value_loss=true"]).algo.use_clipped_value_loss
 
 
