@@ -23,11 +23,11 @@ def _data(seed: int = 0, n: int = 512) -> dict:
     return {"obs": {"policy": obs}, "action": torch.tanh(obs @ w)}
 
 
-def _runner(tmp_path, total_updates: int, data: dict | None = None) -> OfflineRunner:
+def _runner(tmp_path, total_updates: int, data: dict | None = None, bc: BCConfig | None = None) -> OfflineRunner:
     torch.manual_seed(0)
     policy = GaussianPolicy(GaussianPolicyConfig(obs_dim=4, action_dim=2, hidden_dims=[32, 32], init_std=0.5))
     cfg = OfflineRunnerConfig(total_updates=total_updates, updates_per_iteration=20, checkpoint_every=1)
-    return OfflineRunner(BC(policy, BCConfig()), TensorSampler(data or _data(), batch_size=64, seed=1), cfg,
+    return OfflineRunner(BC(policy, bc or BCConfig()), TensorSampler(data or _data(), batch_size=64, seed=1), cfg,
                          RunLogger(tmp_path, QUIET), CheckpointManager(tmp_path / "ckpt"), {"algo": "bc"})
 
 
@@ -91,3 +91,47 @@ def test_bc_trains_a_policy_on_its_own_loss():
     for _ in range(400):
         out = algo.update(batch)
     assert out["train/mse"] < 1e-4 and torch.allclose(policy.w, torch.tensor([1.5, -2.0]), atol=1e-2)
+
+
+def test_weight_ema_matches_hand_numbers_is_exported_and_resumes_exactly(tmp_path):
+    """EMA decay min(d, (1 + t) / (10 + t)) at update t: with a policy whose weight moves by a known step, the average
+    is the hand-computed one; the run exports the average, and a resumed run ends with the same average."""
+    class Scalar(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def loss(self, batch):  # d loss / d w = -1: plain SGD moves w by +lr each update
+            return -self.w.sum(), {}
+
+    algo = BC(Scalar(), BCConfig(learning_rate=1.0, max_grad_norm=10.0, ema_decay=0.5))
+    algo.optimizer = torch.optim.SGD(algo.policy.parameters(), lr=1.0)
+    ema, w = 0.0, 0.0
+    for t in range(4):
+        algo.update({})
+        w += 1.0
+        d = min(0.5, (1 + t) / (10 + t))  # 0.1, 2/11, 0.25, 4/13: the warm-up, then capped at 0.5 from t = 8
+        ema = d * ema + (1 - d) * w
+        assert algo.ema.w.item() == pytest.approx(ema, rel=1e-6)
+    assert algo.policy.w.item() == 4.0 and algo.export_policy is algo.ema
+    assert BC(Scalar(), BCConfig()).export_policy is not None and BC(Scalar(), BCConfig()).ema is None
+    with pytest.raises(ValueError, match="ema_decay"):
+        BCConfig(ema_decay=1.0)
+
+    bc = BCConfig(ema_decay=0.9)
+    straight = _runner(tmp_path / "a", 200, bc=bc)
+    straight.learn()
+    exported = load_checkpoint(tmp_path / "a" / "ckpt").path / "policy"
+    from policies import load_policy
+    saved = load_policy(exported).state_dict()
+    avg, trained = straight.algo.ema.state_dict(), straight.algo.policy.state_dict()
+    assert all(torch.equal(saved[k], avg[k]) for k in avg)
+    assert any(not torch.equal(avg[k], trained[k]) for k in avg)  # the average, not the last weights
+    _runner(tmp_path / "b", 100, bc=bc).learn()
+    resumed = _runner(tmp_path / "b", 200, bc=bc)
+    resumed.restore(load_checkpoint(tmp_path / "b" / "ckpt"))
+    resumed.learn()
+    assert all(torch.equal(a, b) for a, b in zip(avg.values(), resumed.algo.ema.state_dict().values(), strict=True))
+    without = {k: v for k, v in straight.algo.state_dict().items() if k != "ema"}  # a run trained without one
+    with pytest.raises(ValueError, match="ema_decay"):
+        _runner(tmp_path / "c", 20, bc=bc).algo.load_state_dict(without)

@@ -106,3 +106,8 @@ class OffPolicyAlgorithm(Algorithm):
 
 class OfflineAlgorithm(Algorithm):
     """Learns from batches of logged data: no env, no collection."""
+
+    @property
+    def export_policy(self) -> Policy:
+        """The policy a run exports and evaluates (the trained one; an algorithm may export, e.g., a weight average)."""
+        return self.policy

@@ -11,11 +11,13 @@ Two kinds of policy, one learner:
   on batches ``{"obs": {group: [B, ...]}, "action": [B, A]}``.
 
 AdamW with an optional linear warm-up and cosine decay of the learning rate (over ``total_updates``), gradient
-clipping, and a guard that skips non-finite updates.
+clipping, a guard that skips non-finite updates, and optionally an exponential moving average of the weights
+(``ema_decay``; as Diffusion Policy and LeRobot's flow policies keep one), which is then what the run exports.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -38,8 +40,13 @@ class BCConfig:
     lr_min_ratio: float = 0.1  # final learning rate of the cosine schedule, as a fraction of the peak
     total_updates: int | None = None  # length of the cosine schedule (the offline CLI sets it from steps=)
     max_consecutive_nonfinite: int = 10  # skipped (NaN/inf) updates in a row before the run stops
+    # 0: off. Else the exported policy is an EMA of the trained weights, updated after every gradient step with decay
+    # min(ema_decay, (1 + t) / (10 + t)) at update t (early weights fade fast); buffers (normalisers) are copied.
+    ema_decay: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"bc ema_decay must lie in [0, 1), got {self.ema_decay}")
         if self.learning_rate <= 0 or self.max_grad_norm <= 0:
             raise ValueError("bc learning_rate and max_grad_norm must be > 0")
         if self.lr_schedule not in ("constant", "cosine"):
@@ -91,6 +98,23 @@ class BC(OfflineAlgorithm):
                                            weight_decay=cfg.weight_decay)
         self.guard = NonFiniteGuard(cfg.max_consecutive_nonfinite)
         self.updates = 0
+        self.ema: nn.Module | None = None
+        if cfg.ema_decay > 0:
+            self.ema = copy.deepcopy(self.policy).eval().requires_grad_(False)
+
+    @property
+    def export_policy(self) -> nn.Module:
+        """What the run exports and evaluates: the EMA of the weights when ``cfg.ema_decay`` > 0, else the policy."""
+        return self.ema if self.ema is not None else self.policy
+
+    @torch.no_grad()
+    def _update_ema(self) -> None:
+        assert self.ema is not None
+        t = self.updates - 1  # this update's 0-based index (``updates`` already counts it)
+        decay = min(self.cfg.ema_decay, (1.0 + t) / (10.0 + t))
+        torch._foreach_lerp_(list(self.ema.parameters()), list(self.policy.parameters()), 1.0 - decay)
+        for e, b in zip(self.ema.buffers(), self.policy.buffers(), strict=True):
+            e.copy_(b)
 
     @property
     def obs_groups(self) -> list[str]:
@@ -115,17 +139,26 @@ class BC(OfflineAlgorithm):
         grad_norm = guarded_step(self.optimizer, self.policy.parameters(), loss, self.cfg.max_grad_norm, self.guard)
         if grad_norm is None:
             return {"nonfinite_skips": float(self.guard.skipped)}
+        if self.ema is not None:
+            self._update_ema()
         out = {k if k.startswith("loss") else f"train/{k}": float(v) for k, v in metrics.items()}
         if not any(k.startswith("loss") for k in out):
             out["loss"] = loss.item()
         return {**out, "grad_norm": grad_norm.item(), "lr": lr}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "guard": self.guard.state_dict(), "updates": self.updates, "cfg": asdict(self.cfg)}
+        sd = {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+              "guard": self.guard.state_dict(), "updates": self.updates, "cfg": asdict(self.cfg)}
+        if self.ema is not None:
+            sd["ema"] = self.ema.state_dict()
+        return sd
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.policy.load_state_dict(sd["policy"])
         self.optimizer.load_state_dict(sd["optimizer"])
         self.guard.load_state_dict(sd["guard"])
         self.updates = int(sd.get("updates", 0))
+        if self.ema is not None:
+            if "ema" not in sd:
+                raise ValueError("bc: this checkpoint was trained without algo.ema_decay; resume it without one")
+            self.ema.load_state_dict(sd["ema"])

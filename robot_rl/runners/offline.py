@@ -83,7 +83,7 @@ class OfflineRunner(RunnerLoop):
         assert self.checkpoints is not None
         state = {"algo": self.algo.state_dict(), "sampler": self.sampler.state_dict(), "rng": rng_state(),
                  "runner": {"iteration": self.iteration, "updates": self.updates, "elapsed_s": self.elapsed_s}}
-        self.checkpoints.save(self.iteration, state, {**self.meta, "updates": self.updates}, policy=self.algo.policy)
+        self.checkpoints.save(self.iteration, state, {**self.meta, "updates": self.updates}, policy=self.algo.export_policy)
 
     def restore(self, ckpt: Checkpoint) -> None:
         """Continue from a checkpoint: learner, sampler position, RNGs and counters as they were."""
