@@ -121,12 +121,13 @@ def test_algo_defaults_come_from_the_dataclasses(algo):
     dataclass default (so ``algo.<field>=`` works without '+'), and a misspelled key is refused, naming it."""
     from hydra.errors import ConfigCompositionException
 
-    from robot_rl.cli.build import compose
+    from robot_rl.cli.build import CONFIG_DIR, compose
     from robot_rl.cli.schemas import algo_schemas
 
     name = "flashsac" if algo.startswith("flashsac") else algo
     schema = algo_schemas()[name]
-    composed = compose("train", [f"algo={algo}"]).algo
+    composed = compose("train", [f"algo={algo}", "task=so101_push"]).algo  # a task without its own recipe (algo_task)
+    assert not list((CONFIG_DIR / "algo_task").glob("*_so101_push.yaml"))
     assert set(composed) == set(schema)
     for group in ("policy", "critic", "actor"):
         if group in schema:
