@@ -566,3 +566,25 @@ def test_tensorboard_plots_and_videos_warn_once_and_the_run_goes_on(tmp_path, ca
     assert not (tmp_path / "curve.png").exists() and not (tmp_path / "policy.mp4").exists()
     assert "Traceback" not in capsys.readouterr().err  # TensorBoard's writer thread stays quiet
     assert write_video(frames, tmp_path / "policy.mp4").stat().st_size > 0  # with room, the same call works
+
+
+def test_a_huge_header_is_parsed_without_garbage_collection(pristine):
+    """The parse of a 100,000-entry header makes ~100,000 dicts: with the collector on they set off collections,
+    and a full one over a big process heap (the test session's) cost ~0.5 s each, past F3's one-second bound."""
+    import gc
+
+    data = _many_zero_size_tensors(random.Random(0), (pristine / STATE).read_bytes())
+    started = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        with pytest.raises(MalformedFileError, match="more than"):
+            check_safetensors(data, "x.safetensors")
+    finally:
+        gc.callbacks.remove(count)
+    # at most the one collection that the allocations made while it was off set off once it is back on (~140 without)
+    assert len(started) <= 1 and gc.isenabled(), started
