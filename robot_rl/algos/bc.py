@@ -12,7 +12,7 @@ Two kinds of policy, one learner:
 
 AdamW with an optional linear warm-up and cosine decay of the learning rate (over ``total_updates``), gradient
 clipping, a guard that skips non-finite updates, and optionally an exponential moving average of the weights
-(``ema_decay``; as Diffusion Policy and LeRobot's flow policies keep one), which is then what the run exports.
+(``ema_decay``; Diffusion Policy keeps one), which is then what the run exports.
 """
 
 from __future__ import annotations
