@@ -9,7 +9,7 @@
    is given). Each in its own process, one after the other. The budget is 15 minutes of each method's training
    on a quiet 2-core machine: by default as the steps each made in that time (``QUIET_STEPS_15MIN``, so a busy
    machine changes the wall time, not the result), or as wall-clock itself (``--budget minutes``, quiet only).
-   Ours' chunk execution length is chosen on validation seeds (``--select-executed``).
+   Ours' chunk execution length is chosen on validation seeds, per task (``--select-executed``).
 3. **Evaluation, one loop for all.** ``robot_rl.evaluation.evaluate`` over ``sim.lerobot_view.LeRobotView`` (the
    policy's cameras and image size), 100 seeded episodes per task, with the same visual randomization but other
    seeds than the demonstrations. For so101_pick the instruction shown to the policy is also swapped for another
@@ -210,19 +210,36 @@ def evaluate_policy(policy: Any, episodes: int, num_envs: int, seed: int, swap: 
     return out
 
 
+def task_instructions(task: str) -> list[str]:
+    """Every instruction an episode of ``task`` can carry (so101_pick names one of its colours)."""
+    from sim.registry import make_task
+    from sim.tasks.so101_pick import COLOURS
+
+    if task == "so101_pick":
+        return [f"pick up the {c} cube" for c in COLOURS]
+    return [make_task(task).instruction]
+
+
 def select_executed_steps(policy: Any, candidates: list[int], episodes: int, num_envs: int,
-                          seed: int) -> dict[str, Any]:
-    """The chunk execution length (actions executed per chunk) with the best mean success over the tasks, on
-    validation seeds (not the evaluation's); sets it on ``policy`` and returns the sweep."""
+                          seed: int, per_task: bool = True) -> dict[str, Any]:
+    """The chunk execution length (actions executed per chunk) on validation seeds (not the evaluation's): the one
+    with the best mean success over the tasks as ``executed_steps``, and with ``per_task`` each task's best as
+    ``executed_steps_by_task`` (keyed by its instructions); sets them on ``policy`` and returns the sweep. Ties go
+    to the fewer steps (more replanning)."""
     sweep = {}
     for k in candidates:
-        policy.cfg = dataclasses.replace(policy.cfg, executed_steps=k)
+        policy.cfg = dataclasses.replace(policy.cfg, executed_steps=k, executed_steps_by_task={})
         r = evaluate_policy(policy, episodes, num_envs, seed)
         sweep[k] = {t: r[t]["success_rate"] for t in TASKS}
         print(f"validation executed_steps={k}: {sweep[k]}", file=sys.stderr)
     best = max(candidates, key=lambda k: (statistics.mean(sweep[k].values()), -k))
-    policy.cfg = dataclasses.replace(policy.cfg, executed_steps=best)
-    return {"candidates": candidates, "episodes_per_task": episodes, "seed": seed, "success": sweep, "chosen": best}
+    per = {t: max(candidates, key=lambda k, t=t: (sweep[k][t], -k)) for t in TASKS}
+    by_task = {i: per[t] for t in TASKS for i in task_instructions(t)} if per_task else {}
+    policy.cfg = dataclasses.replace(policy.cfg, executed_steps=best, executed_steps_by_task=by_task)
+    return {"candidates": candidates, "episodes_per_task": episodes, "seed": seed, "success": sweep, "chosen": best,
+            "chosen_per_task": per if per_task else None,
+            "validation_mean_of_chosen": round(statistics.mean(sweep[per[t]][t] for t in TASKS) if per_task
+                                               else statistics.mean(sweep[best].values()), 4)}
 
 
 def inference_ms(policy: Any, repeats: int = 30) -> float:
@@ -303,7 +320,9 @@ def main() -> None:
     p.add_argument("--theirs-steps", type=int, default=QUIET_STEPS_15MIN["act"], help="LeRobot's: training steps")
     p.add_argument("--select-executed", default="3,4,8",
                    help="ours: executed steps per chunk to choose from on validation seeds ('' to keep the policy's)")
-    p.add_argument("--select-episodes", type=int, default=20, help="validation episodes per task and candidate")
+    p.add_argument("--select-episodes", type=int, default=40, help="validation episodes per task and candidate")
+    p.add_argument("--one-executed-for-all", action="store_true",
+                   help="ours: choose one executed-steps value for every task (default: each task its own)")
     p.add_argument("--episodes", type=int, default=100, help="evaluation episodes per task")
     p.add_argument("--num-envs", type=int, default=25, help="envs stepped together in collection and evaluation")
     p.add_argument("--data", type=Path, default=Path("/tmp/vla_bc_data"), help="the dataset folder")
@@ -371,10 +390,12 @@ def main() -> None:
                 policies[m].eval()
                 rec["executed_steps_selection"] = select_executed_steps(
                     policies[m], [int(k) for k in a.select_executed.split(",")], a.select_episodes, a.num_envs,
-                    4242 + a.seed)
+                    4242 + a.seed, per_task=not a.one_executed_for_all)
                 rec["executed_steps_at_eval"] = policies[m].cfg.executed_steps
+                rec["executed_steps_by_task_at_eval"] = dict(policies[m].cfg.executed_steps_by_task)
             if a.executed_steps:  # a deployment setting of the chunked policy, chosen on other seeds than eval's
-                policies[m].cfg = dataclasses.replace(policies[m].cfg, executed_steps=a.executed_steps)
+                policies[m].cfg = dataclasses.replace(policies[m].cfg, executed_steps=a.executed_steps,
+                                                      executed_steps_by_task={})
                 rec["executed_steps_at_eval"] = a.executed_steps
         else:
             if a.reuse_training:

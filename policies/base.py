@@ -48,6 +48,11 @@ class Policy(nn.Module, ABC):
         """Actions of each chunk executed before asking again (1 <= executed_steps <= horizon)."""
         return 1
 
+    def executed_steps_for(self, task: str | None) -> int:
+        """``executed_steps`` for an episode of this instruction (None: unknown). The default is the same for
+        every instruction; a policy may keep a per-task value (``FlowVLAConfig.executed_steps_by_task``)."""
+        return self.executed_steps
+
     @abstractmethod
     def act(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
         """Actions in the action space of the env the policy was trained for: [N, A] when ``horizon == 1``, else a

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from policies import keys
 from policies.base import Policy
 
 
@@ -42,7 +43,9 @@ class ActionQueue:
     A step policy (``horizon == 1``) is asked every step. A chunking policy is asked only for the envs that are
     ``due``, in one of two modes:
 
-    - queue (default): each env executes the first ``executed_steps`` actions of its chunk, then asks again;
+    - queue (default): each env executes the first ``executed_steps`` actions of its chunk, then asks again
+      (``policy.executed_steps_for`` its instruction, ``obs["task"]``, when the observation carries one: a policy
+      may execute more or fewer steps per task);
     - temporal ensembling (``temporal_ensemble=m``, ACT's): each env asks every ``query_every`` steps (1 <=
       query_every <= H) and executes, at each step, the weighted mean of every prediction any of its chunks made
       for that step, oldest first, w_i ∝ exp(−m · i) (``ensemble_weights``), so consecutive chunks blend smoothly.
@@ -75,18 +78,20 @@ class ActionQueue:
             if not math.isfinite(self.ensemble) or not 1 <= query_every <= self.horizon:
                 raise ValueError(f"temporal_ensemble must be finite ({self.ensemble}) and query_every in [1, horizon "
                                  f"{self.horizon}] ({query_every})")
-        self.period = query_every if self.ensemble is not None else self.executed  # steps between an env's calls
         self.device = policy.device
+        # steps between an env's calls, per env; pos = steps taken from its chunk (>= period: due)
+        self.period = torch.full((num_envs,), query_every if self.ensemble is not None else self.executed,
+                                 dtype=torch.long, device=self.device)
         self.chunk = torch.zeros(num_envs, self.horizon, action_dim, device=self.device)
         if self.ensemble is not None:  # per env and future step k: Σ w·a, Σ w, number of predictions so far
             self.weight = torch.zeros(num_envs, self.horizon, device=self.device)
             self.count = torch.zeros(num_envs, self.horizon, device=self.device)
-        self.pos = torch.full((num_envs,), self.period, dtype=torch.long, device=self.device)  # all due
+        self.pos = torch.full((num_envs,), self.horizon, dtype=torch.long, device=self.device)  # all due
 
     def reset(self, env_ids: torch.Tensor | None = None) -> None:
         """Drop the queued actions of these envs (all when None) and reset the policy's state for them."""
         ids = slice(None) if env_ids is None else env_ids.to(self.device)
-        self.pos[ids] = self.period
+        self.pos[ids] = self.horizon
         if self.ensemble is not None:
             self.chunk[ids], self.weight[ids], self.count[ids] = 0.0, 0.0, 0.0
         self.policy.reset(env_ids)
@@ -110,6 +115,7 @@ class ActionQueue:
             chunk = self._checked(self.policy.act(sub, deterministic=self.deterministic), len(need))
             if self.ensemble is None:
                 self.chunk[need] = chunk
+                self.period[need] = self._executed(sub, len(need))
             else:  # the i-th prediction for a step (i = predictions made before it) weighs exp(−m·i)
                 w = torch.exp(-self.ensemble * self.count[need])
                 self.chunk[need] += w[..., None] * chunk
@@ -125,6 +131,19 @@ class ActionQueue:
                 buf[:, -1] = 0.0
         self.pos += 1
         return action
+
+    def _executed(self, obs: Mapping[str, Any], n: int) -> torch.Tensor:
+        """[n] actions to execute from each of these envs' new chunks: per instruction where the observation has
+        one (``policy.executed_steps_for``), else the policy's ``executed_steps``."""
+        tasks = obs.get(keys.TASK)
+        if not isinstance(tasks, list | tuple) or len(tasks) != n:
+            return torch.full((n,), self.executed, dtype=torch.long, device=self.device)
+        steps = [int(self.policy.executed_steps_for(t)) for t in tasks]
+        bad = sorted({k for k in steps if not 1 <= k <= self.horizon})
+        if bad:
+            raise ValueError(f"{type(self.policy).__name__}.executed_steps_for gave {bad}, outside [1, horizon "
+                             f"{self.horizon}]")
+        return torch.tensor(steps, dtype=torch.long, device=self.device)
 
     def _checked(self, out: torch.Tensor, n: int) -> torch.Tensor:
         want = (n, self.action_dim) if self.horizon == 1 else (n, self.horizon, self.action_dim)

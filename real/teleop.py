@@ -211,6 +211,12 @@ class PolicyDriver:
                 self._pending.result()
             self._pending = None
 
+    def _executed(self, frame: dict[str, Any]) -> int:
+        """Steps of a chunk to execute: the policy's for the frame's instruction (``executed_steps_for``)."""
+        task = frame.get(keys.TASK)
+        task = task[0] if isinstance(task, list | tuple) and task else task if isinstance(task, str) else None
+        return int(self.policy.executed_steps_for(task))
+
     def _act(self, obs: dict[str, Any]) -> Any:
         with torch.no_grad():  # grad mode is per thread
             return self.policy.act(obs, deterministic=True)
@@ -252,7 +258,7 @@ class PolicyDriver:
             chunk = self.view.to_target(chunk[:, 0].to(self.view.device)).cpu()[:, None]
             chunk = chunk.float()
         self.chunk, self.pos = chunk, skip + 1
-        self.end = min(skip + self.executed, self.horizon) if self.horizon > 1 else 1
+        self.end = min(skip + self._executed(frame), self.horizon) if self.horizon > 1 else 1
         return chunk[:, skip], chunk[:, skip]
 
 

@@ -125,3 +125,44 @@ def test_ensembling_options_are_checked():
         ActionQueue(_Counter(horizon=3), num_envs=1, action_dim=1, temporal_ensemble=0.01, query_every=4)
     with pytest.raises(ValueError, match="returned shape"):
         ActionQueue(_Counter(horizon=3, action_dim=2), num_envs=1, action_dim=1, temporal_ensemble=0.0)(_frame(1))
+
+
+class _PerTask(_Counter):
+    """_Counter that executes 1 step of its chunks for "task 0" and 3 for any other instruction."""
+
+    def executed_steps_for(self, task):
+        return 1 if task == "task 0" else 3
+
+
+def test_queue_executes_each_envs_own_steps_per_instruction():
+    # H = 4. Env 0 ("task 0") executes 1 step per chunk: asked at every step; env 1, 3 steps: asked at steps 0, 3.
+    pol = _PerTask(horizon=4, executed=4)
+    q = ActionQueue(pol, num_envs=2, action_dim=1)
+    asked, acts = [], []
+    for _ in range(6):
+        asked.append(q.due().tolist())
+        acts.append(q(_frame(2))[:, 0].tolist())
+    assert asked == [[0, 1], [0], [0], [0, 1], [0], [0]]
+    # calls: 0 (both), 1 (env 0), 2 (env 0), 3 (both), 4, 5: each env's action is its latest chunk's step pos
+    assert acts == [[0.0, 0.0], [10.0, 1.0], [20.0, 2.0], [30.0, 30.0], [40.0, 31.0], [50.0, 32.0]]
+    q.reset(torch.tensor([1]))
+    assert q.due().tolist() == [0, 1]  # a reset env asks at once, whatever its period was
+
+
+def test_queue_refuses_a_per_task_step_count_outside_the_chunk():
+    class _Bad(_Counter):
+        def executed_steps_for(self, task):
+            return 5  # > horizon 4
+
+    q = ActionQueue(_Bad(horizon=4, executed=2), num_envs=2, action_dim=1)
+    with pytest.raises(ValueError, match=r"executed_steps_for gave \[5\], outside \[1, horizon 4\]"):
+        q(_frame(2))
+
+
+def test_queue_without_instructions_uses_executed_steps():
+    pol = _PerTask(horizon=4, executed=2)
+    q = ActionQueue(pol, num_envs=2, action_dim=1)
+    frame = {keys.OBS_STATE: torch.zeros(2, 6)}  # no task: executed_steps (2) for both envs
+    for _ in range(4):
+        q(frame)
+    assert pol.calls == 2

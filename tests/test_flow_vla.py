@@ -390,3 +390,24 @@ def test_runs_through_an_action_queue_with_task_strings():
         assert q.due().tolist() == ([1] if ensemble is None else [0, 1, 2])
         assert torch.isfinite(q(frame)).all()
     assert math.isclose(float(pol.action_std[0]), 22.0)
+
+
+def test_executed_steps_per_task_are_matched_by_normalised_instruction_and_saved(tmp_path):
+    pol = _policy(executed_steps=2, executed_steps_by_task={"Pick up the red cube.": 4})
+    assert pol.executed_steps_for("pick up the  RED cube") == 4  # case, spacing and the full stop do not matter
+    assert pol.executed_steps_for("pick up the blue cube") == 2  # not in the map: executed_steps
+    assert pol.executed_steps_for(None) == 2
+    pol.eval().save(tmp_path / "vla")
+    back = load_policy(tmp_path / "vla")
+    assert back.cfg.executed_steps_by_task == {"Pick up the red cube.": 4}
+    assert back.executed_steps_for("pick up the red cube") == 4
+    frame = {k: v for k, v in _batch(2, uint8=True).items() if k not in (keys.ACTION_COL, keys.ACTION_IS_PAD,
+                                                                          CONDITION_KEY)}
+    q = ActionQueue(back, num_envs=2, action_dim=6)  # env 0 red (4 steps per chunk), env 1 blue (2)
+    asked = []
+    for _ in range(4):
+        asked.append(q.due().tolist())
+        q(frame)
+    assert asked == [[0, 1], [], [1], []]
+    with pytest.raises(ValueError, match=r"executed_steps_by_task: instruction -> an int in \[1, horizon 4\]"):
+        _tiny_cfg(executed_steps_by_task={"pick up the red cube": 5})

@@ -30,11 +30,13 @@ def _offline(root: Path, run_dir: Path, *extra: str) -> int:
 
 
 def test_a_lerobot_dataset_trains_through_robot_rl_offline_and_the_export_acts(lerobot_dataset, tmp_path):
-    assert _offline(lerobot_dataset, tmp_path / "run", "steps=6") == 0
+    assert _offline(lerobot_dataset, tmp_path / "run", "steps=6",
+                    "algo.policy.executed_steps_by_task={pick up the cube:3}") == 0  # the Hydra form of a map
     ckpt = load_checkpoint(tmp_path / "run")
     assert ckpt.meta["updates"] == 6 and ckpt.meta["dataset"]  # the data's fingerprint, checked on resume
     policy = load_policy(ckpt.path / POLICY_DIR)  # no training code needed
     assert policy.type_name == "flow_vla" and policy.cfg.cameras == ["front", "wrist"]
+    assert policy.executed_steps_for("Pick up the cube.") == 3 and policy.executed_steps_for("other") == 2
     frame = {keys.OBS_STATE: torch.zeros(3, 6), keys.TASK: ["pick up the cube"] * 3,
              **{keys.lerobot_image_key(c): torch.zeros(3, 3, 32, 32, dtype=torch.uint8) for c in ("front", "wrist")}}
     chunk = policy.act(frame)

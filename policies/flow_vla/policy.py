@@ -24,7 +24,7 @@ import torch
 
 from policies import keys
 from policies.base import Policy
-from policies.flow_vla.config import CONDITION_KEY, RELATIVE_STATS_KEY, FlowVLAConfig
+from policies.flow_vla.config import CONDITION_KEY, RELATIVE_STATS_KEY, FlowVLAConfig, task_key
 from policies.flow_vla.encoders import build_vocab, random_shift, split_words, to_unit_range, tokenize, word_index
 from policies.flow_vla.flow import (
     euler_integrate,
@@ -109,6 +109,15 @@ class FlowVLAPolicy(Policy):
     @property
     def executed_steps(self) -> int:
         return self.cfg.executed_steps
+
+    def executed_steps_for(self, task: str | None) -> int:
+        """``cfg.executed_steps_by_task``'s value for this instruction (matched by ``task_key``), else
+        ``cfg.executed_steps``."""
+        by_task = self.cfg.executed_steps_by_task
+        if task is None or not by_task:
+            return self.cfg.executed_steps
+        want = task_key(task)
+        return next((int(k) for t, k in by_task.items() if task_key(t) == want), self.cfg.executed_steps)
 
     # ------------------------------------------------------------------------------------------ statistics
     @torch.no_grad()

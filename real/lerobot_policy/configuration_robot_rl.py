@@ -37,7 +37,7 @@ class RobotRLConfig(PreTrainedConfig):
     gripper_units: str = "degrees"
     gripper_low_deg: float = -10.0  # degrees at the robot's gripper 0 (our model's closed limit)
     gripper_high_deg: float = 100.0  # degrees at the robot's gripper 100 (open limit)
-    n_action_steps: int | None = None  # actions executed per chunk before asking again; None: the policy's own
+    n_action_steps: int | None = None  # actions executed per chunk before asking again; None: the policy's own (its per-task value where it keeps one)
     # State policies (Gaussian, tanh-Gaussian) act in [-1, 1]; the arm's action mapping they were trained with
     # (sim.so101.SO101Arm) turns that into joint targets: "delta" (target = q + a * max_delta) or "absolute".
     action_mode: str = "delta"

@@ -138,10 +138,18 @@ class RobotRLPolicy(PreTrainedPolicy):
         frame, state_deg = self._inputs(batch)
         if not self._pending or self._pending[0].shape[0] != state_deg.shape[0]:
             out = self._act(frame)
-            self._pending = [out[:, i] for i in range(self.n_action_steps)]
+            self._pending = [out[:, i] for i in range(self._steps_for(frame))]
         return self._to_robot(self._pending.pop(0), state_deg)
 
     # ------------------------------------------------------------------------------------------ internals
+    def _steps_for(self, frame: dict[str, Any]) -> int:
+        """Actions queued from a new chunk: ``config.n_action_steps`` when set, else the wrapped policy's for the
+        batch's (first) instruction (``executed_steps_for``), at most the horizon."""
+        if self.config.n_action_steps:
+            return self.n_action_steps
+        tasks = frame.get(keys.TASK) or [None]
+        return min(int(self.inner.horizon), int(self.inner.executed_steps_for(tasks[0])))
+
     def _inputs(self, batch: dict[str, Any]) -> tuple[dict[str, Any], torch.Tensor]:
         """(the wrapped policy's observation, the joints in degrees [B, 6]) of a LeRobot batch."""
         if OBS_STATE not in batch:

@@ -79,6 +79,8 @@ def dataset_schema() -> dict[str, Any]:
 def offline_algo_schemas() -> dict[str, dict[str, Any]]:
     """configs/algo/<name>.yaml of the offline learners: the learner's keys and the policy's (sizes that the
     dataset decides left out)."""
+    from omegaconf import OmegaConf
+
     from policies.flow_vla import FlowVLAConfig
     from robot_rl.algos.awr import AWRConfig
     from robot_rl.algos.bc import BCConfig
@@ -87,11 +89,14 @@ def offline_algo_schemas() -> dict[str, dict[str, Any]]:
     from robot_rl.data.labels import LabelConfig
     from robot_rl.models.value import ValueConfig
 
-    bc = {**defaults_of(BCConfig, ("total_updates",)), "policy": defaults_of(FlowVLAConfig, DATA_SIZED)}
+    policy = defaults_of(FlowVLAConfig, DATA_SIZED)
+    # instruction -> steps: the keys are the user's task strings, so this one map is open (struct off)
+    policy["executed_steps_by_task"] = OmegaConf.create({}, flags={"struct": False})
+    bc = {**defaults_of(BCConfig, ("total_updates",)), "policy": policy}
     advantages = {"value": {**defaults_of(ValueTrainConfig, ("model",)),
                             "model": defaults_of(ValueConfig, VALUE_SIZED)},
                   "labels": defaults_of(LabelConfig)}
-    recap_policy = defaults_of(FlowVLAConfig, (*DATA_SIZED, "conditioning"))  # RECAP turns conditioning on
+    recap_policy = {k: v for k, v in policy.items() if k != "conditioning"}  # RECAP turns conditioning on
     return {"bc": {"name": "bc", **bc},
             "recap": {"name": "recap", **bc, "policy": recap_policy, **advantages,
                       "recap": defaults_of(RecapConfig)},

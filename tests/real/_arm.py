@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies import keys
+from policies import Policy, keys
 from policies.processor import Features, Processor
 from real.faults import FaultPlan, install_fault_bus
 from real.safety import MAX_TICK
@@ -66,10 +66,12 @@ def ticks_per_unit(motor: str, use_degrees: bool = True, calibration: dict | Non
     return (c["range_max"] - c["range_min"]) / 200.0
 
 
-class ScriptedPolicy(nn.Module):
+class ScriptedPolicy(Policy):
     """A deployable-policy double that reads LeRobot frames (``observation.state``) and proposes ``fn(state)``:
     [1, 6] degrees, or a chunk [1, H, 6] when ``horizon > 1``. Counts its calls; ``fn`` may return anything (a
     malformed chunk) or raise."""
+
+    type_name, config_class = "test_scripted", dict
 
     def __init__(self, fn: Any, horizon: int = 1, executed_steps: int | None = None, action_dim: int = 6) -> None:
         super().__init__()

@@ -100,6 +100,26 @@ def test_lerobots_deployment_calls_give_our_vla_actions_in_robot_units(vla_expor
     assert action.shape == (6,) and torch.isfinite(action).all()
 
 
+def test_lerobots_deployment_queues_the_policys_executed_steps_for_the_task(vla_export, tmp_path):
+    import shutil
+    inner_dir = tmp_path / "per_task"
+    shutil.copytree(vla_export, inner_dir)
+    cfg_file = inner_dir / "config.json"
+    raw = json.loads(cfg_file.read_text())
+    raw["executed_steps_by_task"] = {TASK: 1}  # this task: one step per chunk (executed_steps stays 2)
+    cfg_file.write_text(json.dumps(raw))
+    out = export_for_lerobot(inner_dir, tmp_path / "lerobot_policy")
+    robot = SO101SimRobot(SO101SimRobotConfig(calibration_dir=tmp_path / "cal", image_height=32, image_width=32))
+    robot.connect()
+    engine = _rollout_calls(out, robot)
+    engine.reset()
+    frame = build_dataset_frame(hw_to_dataset_features(robot.observation_features, OBS_STR),
+                                robot.get_observation(), prefix=OBS_STR)
+    got = [engine.get_action(frame) for _ in range(2)]
+    torch.testing.assert_close(got[1], got[0], atol=1e-3, rtol=0)  # a new chunk's first step, not the next step
+    assert engine._policy.n_action_steps == 2 and not engine._policy._pending  # 1 queued from each chunk, used
+
+
 def test_lerobot_rollout_runs_our_vla_on_so101_sim(vla_export, tmp_path):
     out = export_for_lerobot(vla_export, tmp_path / "lerobot_policy")
     root = tmp_path / "rollout"

@@ -353,6 +353,23 @@ def test_async_chunk_inference_executes_each_step_at_its_planned_tick(tmp_path, 
         driver.close()
 
 
+def test_the_driver_executes_the_policys_steps_for_the_frames_instruction(tmp_path):
+    _robot, _bus, safety = arm(tmp_path)
+
+    class PerTask(ScriptedPolicy):
+        def executed_steps_for(self, task):
+            return 2 if task == "stack" else self.executed_steps
+
+    def plan(state, call):  # step k of the c-th chunk is 100 c + k
+        return torch.stack([torch.full((6,), 100.0 * call + k) for k in range(6)])[None]
+
+    for task, want in (("stack", [100, 101, 200, 201, 300, 301]), ("other", [100, 101, 102, 200, 201, 202])):
+        driver = PolicyDriver(PerTask(plan, horizon=6, executed_steps=3), safety, None, None)
+        got = [round(float(driver.propose({keys.OBS_STATE: torch.zeros(1, 6), keys.TASK: [task]})[0][0, 0]))
+               for _ in range(6)]
+        assert got == want, task
+
+
 def test_a_lookahead_that_skips_the_whole_chunk_is_refused(tmp_path):
     from real.safety import SafetyConfigError
 
