@@ -113,12 +113,18 @@ def test_relabelling_with_another_n_step_reuses_the_value_model(dataset, tmp_pat
     assert not np.allclose(a.advantage, b.advantage)
 
 
-def test_a_pretrained_value_model_labels_another_dataset_without_training(dataset, tmp_path, capsys):
+def test_a_pretrained_value_model_labels_another_dataset_without_training(dataset, tmp_path, capsys, monkeypatch):
     """algo.value.pretrained: a value model fitted on one dataset labels another (same cameras, tasks and M): no
-    value training, the model copied into the run as it was, both datasets untouched, and its values are the
-    labels' (on the dataset it was fitted on, they equal that run's own labels)."""
+    value training, the model copied into the run as it was (read from disk once per run), both datasets
+    untouched, and its values are the labels' (on the dataset it was fitted on, they equal that run's own
+    labels)."""
+    import robot_rl.algos.recap as recap_mod
+
     first = tmp_path / "fitted"
     assert _offline("recap", dataset, first, "steps=1") == 0
+    loads = []
+    real_load = recap_mod.load_value_model
+    monkeypatch.setattr(recap_mod, "load_value_model", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
     other = make_dataset(tmp_path / "other", lengths=[20, 9, 14, 11])  # other episodes, same longest (M = 20)
     before = tree_hash(dataset), tree_hash(other)
     for data, run in ((other, tmp_path / "on_other"), (dataset, tmp_path / "on_same")):
@@ -127,6 +133,8 @@ def test_a_pretrained_value_model_labels_another_dataset_without_training(datase
                         f"algo.value.pretrained={first / 'value'}") == 0
         err = capsys.readouterr().err
         assert "labelling with the pretrained value model" in err and "value model: step" not in err, err
+        assert loads == [first / "value"], loads  # checked and used: one load
+        loads.clear()
         fitted, copied = load_checkpoint(first / "value"), load_checkpoint(run / "value")
         assert fitted.state["model"].keys() == copied.state["model"].keys()
         assert all(torch.equal(fitted.state["model"][k], copied.state["model"][k]) for k in fitted.state["model"])

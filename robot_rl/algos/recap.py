@@ -278,17 +278,21 @@ def _frame_table(sampler: Any) -> dict[str, np.ndarray]:
 
 
 def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device: torch.device,
-                       log: Callable[[int, dict[str, float]], None] | None = None) -> tuple[Labels, dict[str, Any]]:
+                       log: Callable[[int, dict[str, float]], None] | None = None,
+                       pretrained: tuple[ValueModel, dict[str, Any], str] | None = None) -> tuple[Labels, dict[str, Any]]:
     """Fit the value model on every frame of ``sampler`` (or take ``cfg.value.pretrained``'s), label them, and write
     ``<run_dir>/value`` and the sidecar ``<run_dir>/labels``. Either is reused when it exists for the same data
     (fingerprint) and settings, so a resumed run skips the stages it finished; the value model only needs the same
     value settings and targets (M, C), so a relabelling (another N or positive fraction) reuses it. Returns the labels
-    and a summary (timings, VOC, AUC)."""
+    and a summary (timings, VOC, AUC). ``pretrained``: ``load_pretrained_value``'s result for
+    ``cfg.value.pretrained`` when the caller has already loaded (and so checked) it."""
     fingerprint = sampler.fingerprint()
     targets_cfg = target_settings(cfg.labels)
-    pretrained = None
-    if cfg.value.pretrained:  # checked first: a model that does not fit fails before anything is written
+    if not cfg.value.pretrained:
+        pretrained = None
+    elif pretrained is None:  # checked first: a model that does not fit fails before anything is written
         pretrained = load_pretrained_value(cfg.value.pretrained, sampler, cfg.labels, device)
+    if pretrained is not None:
         # named by its content, not its path: another model saved at the same path is not mistaken for this one
         value_fields: dict[str, Any] = {"pretrained_manifest_sha256": pretrained[2]}
     else:

@@ -228,10 +228,11 @@ def build_offline(cfg: Any) -> OfflineTraining:
         data_raw["extra_columns"] = extra + [c for c in outcome_columns(data_meta) if c not in extra]
     horizon = int(policy_raw.get("horizon", FlowVLAConfig.horizon))  # the chunks the policy learns to predict
     sampler = ChunkSampler(typed(ChunkDatasetConfig, {**data_raw, "horizon": horizon, "history": 1}, "dataset"))
-    if adv_cfg is not None and adv_cfg.value.pretrained:  # a value model that does not fit: refused before any write
+    pretrained = None  # a value model that does not fit: refused before any write (loaded once, used below)
+    if adv_cfg is not None and adv_cfg.value.pretrained:
         from robot_rl.algos.recap import load_pretrained_value
 
-        load_pretrained_value(adv_cfg.value.pretrained, sampler, adv_cfg.labels)
+        pretrained = load_pretrained_value(adv_cfg.value.pretrained, sampler, adv_cfg.labels, device)
     policy = build_policy(policy_raw, sampler)
     if s.init_policy and ckpt is None:
         init_weights(policy, s.init_policy)
@@ -251,7 +252,7 @@ def build_offline(cfg: Any) -> OfflineTraining:
             "config": full, "init_policy": s.init_policy}
     if adv_cfg is not None:
         sampler, meta["labels"] = _advantage_sampler(algo_name, sampler, adv_cfg, awr_cfg, recap_cfg, run_dir,
-                                                    device)
+                                                    device, pretrained)
     algo = BC(policy, bc_cfg, device)
     runner_cfg = OfflineRunnerConfig(total_updates=s.steps, max_minutes=s.max_minutes,
                                      updates_per_iteration=s.updates_per_iteration,
@@ -269,7 +270,7 @@ def build_offline(cfg: Any) -> OfflineTraining:
 
 
 def _advantage_sampler(algo_name: str, sampler: Any, adv_cfg: Any, awr_cfg: Any, recap_cfg: Any, run_dir: Path,
-                       device: torch.device) -> tuple[Any, dict[str, Any]]:
+                       device: torch.device, pretrained: Any = None) -> tuple[Any, dict[str, Any]]:
     """RECAP's and AWR's first stages (value model, labels, both reused on resume) and the sampler the policy then
     trains on: batches with the indicator (recap; positives drawn at ``algo.recap.positive_share`` when set) or
     drawn by advantage weights (awr). Returns it and a summary."""
@@ -281,7 +282,7 @@ def _advantage_sampler(algo_name: str, sampler: Any, adv_cfg: Any, awr_cfg: Any,
             print(f"value model: step {step}/{adv_cfg.value.steps}: " + ", ".join(
                 f"{k} {v:.4f}" for k, v in scalars.items()), file=sys.stderr)
 
-    labels, summary = prepare_advantages(sampler, adv_cfg, run_dir, device, log)
+    labels, summary = prepare_advantages(sampler, adv_cfg, run_dir, device, log, pretrained)
     summary = {**summary, "positive_fraction": labels.positive_fraction,
                "thresholds": {str(k): v for k, v in labels.thresholds.items()}}
     if algo_name == "recap":
