@@ -163,6 +163,8 @@ def test_a_task_recipe_overrides_the_algorithm_defaults_and_the_command_line_ove
             assert composed[key] == value, (f.name, key)
     assert compose("train", ["task=so101_lift"]).algo.use_clipped_value_loss is False
     assert compose("train", ["task=so101_reach"]).algo.use_clipped_value_loss is False
+    assert compose("train", ["task=so101_reach"]).algo.schedule == "fixed"
+    assert compose("train", ["task=so101_lift"]).algo.schedule == "adaptive"  # rsl_rl's default
     assert compose("train", ["task=humanoid_walk"]).algo.use_clipped_value_loss is True  # rsl_rl's default
     assert compose("train", ["task=so101_lift", "algo.use_clipped_value_loss=true"]).algo.use_clipped_value_loss
 
