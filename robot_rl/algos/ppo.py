@@ -47,7 +47,9 @@ class PPOConfig:
     value_coef: float = 1.0  # weight of the value loss
     entropy_coef: float = 0.01  # weight of the entropy bonus (nats)
     learning_rate: float = 1e-3  # Adam step size at the start (the adaptive schedule changes it)
-    schedule: str = "adaptive"  # "adaptive" (KL-driven lr) or "fixed"
+    # "adaptive" (KL-driven lr, rsl_rl's) or "fixed" (SB3's). so101_reach's recipe is fixed: over 30 seeds a median
+    # 43.0 k env steps to 90 % vs 47.6 k (configs/algo_task/ppo_so101_reach.yaml).
+    schedule: str = "adaptive"
     desired_kl: float = 0.01  # target KL(π_old‖π_new) per sample (nats) for the adaptive schedule
     lr_factor: float = 1.5  # lr ÷ factor when KL > 2·target, × factor when KL < target / 2
     lr_min: float = 1e-5  # clamp of the adaptive lr
