@@ -30,8 +30,10 @@ class FlowVLAConfig:
     horizon: int = 16  # H, actions per chunk
     executed_steps: int = 8  # actions of a chunk executed before asking again (1..H)
     # Per instruction (the task string, matched as ``task_key`` normalises it): executed steps that replace
-    # ``executed_steps`` for episodes of that task. The best value differs by task (vla_bc's validation: lift
-    # 0.75-0.80 at 8 vs 0.40 at 3, push 0.75 at 3 vs 0.40 at 8, same weights), so one number for all loses on some.
+    # ``executed_steps`` for episodes of that task, for tasks whose best value differs (vla_bc, same weights: lift
+    # 0.75-0.80 at 8 vs 0.40 at 3 steps, push 0.75 at 3 vs 0.40 at 8 on validation in earlier passes). Chosen per task
+    # on 40 validation episodes it gained nothing over one value on the 2026-12-03 pass (mean 0.44 vs 0.47 over the
+    # 4 tasks; vla_bc.json, per_task_executed_steps_2026_12_03): at that size validation ties and noise decide.
     executed_steps_by_task: dict[str, int] = field(default_factory=dict)
     vocab: list[str] = field(default_factory=list)  # task words (lower case), ids 2.. ; others map to <unk>
     max_words: int = 16  # L, longest instruction in words; longer ones are refused
