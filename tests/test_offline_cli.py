@@ -74,7 +74,28 @@ def test_robot_rl_eval_runs_an_offline_policy_on_a_task_it_names(lerobot_dataset
     out = tmp_path / "eval"
     code = main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "task.episode_length=6",
                  "num_episodes=2", "num_envs=2", "video=false", f"out_dir={out}",
-                 "randomization.light_scale=[0.6,1.2]"])
+                 "randomization.light_scale=[0.6,1.2]", "executed_steps=4"])
     assert code == 0, capsys.readouterr().err
-    result = json.loads((out / "eval.json").read_text())["eval"]
+    report = json.loads((out / "eval.json").read_text())
+    result = report["eval"]
     assert result["num_episodes"] == 2 and result["mean_length"] <= 6
+    assert report["executed_steps"] == 4  # the policy was trained with 2; this evaluation asked for 4
+    assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "executed_steps=5"]) == 2
+    assert "executed_steps=5 must be in [1, horizon 4]" in capsys.readouterr().err
+
+
+def test_eval_executed_steps_replaces_the_policys_own_for_every_task(lerobot_dataset, tmp_path):
+    import dataclasses
+
+    from policies.gaussian import GaussianPolicy, GaussianPolicyConfig
+    from robot_rl.cli.main import _set_executed_steps
+
+    assert _offline(lerobot_dataset, tmp_path / "run", "steps=1",
+                    "algo.policy.executed_steps_by_task={pick up the cube:1}") == 0
+    policy = load_policy(load_checkpoint(tmp_path / "run").path / POLICY_DIR)
+    assert policy.executed_steps_for("pick up the cube") == 1 and policy.executed_steps_for("other") == 2
+    _set_executed_steps(policy, 3)
+    assert policy.executed_steps_for("pick up the cube") == 3 and policy.executed_steps_for("other") == 3
+    assert dataclasses.asdict(policy.cfg)["executed_steps_by_task"] == {}
+    with pytest.raises(ValueError, match="for chunking policies"):
+        _set_executed_steps(GaussianPolicy(GaussianPolicyConfig(obs_dim=3, action_dim=2)), 2)

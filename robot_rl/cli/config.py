@@ -87,6 +87,9 @@ class EvalCommand(EvalSettings):
     # domain randomization of the evaluation, e.g. randomization.light_scale=[0.5,1.2] (visual DR); the keys set here
     # (those that differ from the defaults, which randomize nothing) override the run's own
     randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
+    # a chunking policy's actions executed per chunk in this evaluation, for every task (None: the policy's own,
+    # per task where it keeps them); recorded in eval.json
+    executed_steps: int | None = None
 
 
 def typed(cls: type, values: dict[str, Any], where: str) -> Any:
