@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from benchmarks.common import RESULTS, goal, save_figure, write_result
+from policies.execution import set_executed_steps
 
 NAME = "vla_bc"
 TASKS = ("so101_reach", "so101_lift", "so101_push", "so101_pick")
@@ -240,7 +241,7 @@ def select_executed_steps(policy: Any, candidates: list[int], episodes: int, num
     steps (more replanning)."""
     sweep = {}
     for k in candidates:
-        policy.cfg = dataclasses.replace(policy.cfg, executed_steps=k, executed_steps_by_task={})
+        set_executed_steps(policy, k)
         r = evaluate_policy(policy, episodes, num_envs, seed)
         sweep[k] = {t: r[t]["success_rate"] for t in TASKS}
         print(f"validation executed_steps={k}: {sweep[k]}", file=sys.stderr)
@@ -405,8 +406,7 @@ def main() -> None:
                 rec["executed_steps_at_eval"] = policies[m].cfg.executed_steps
                 rec["executed_steps_by_task_at_eval"] = dict(policies[m].cfg.executed_steps_by_task)
             if a.executed_steps:  # a deployment setting of the chunked policy, chosen on other seeds than eval's
-                policies[m].cfg = dataclasses.replace(policies[m].cfg, executed_steps=a.executed_steps,
-                                                      executed_steps_by_task={})
+                set_executed_steps(policies[m], a.executed_steps)
                 rec["executed_steps_at_eval"] = a.executed_steps
         else:
             if a.reuse_training:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +20,26 @@ def ensemble_weights(num: int, coeff: float) -> torch.Tensor:
     """
     w = torch.exp(-coeff * torch.arange(num, dtype=torch.float64))
     return (w / w.sum()).float()
+
+
+def set_executed_steps(policy: Policy, k: int) -> None:
+    """Make a chunking policy execute ``k`` actions of each chunk, for every task (a per-task map, where the config
+    keeps one, gives way). ``robot-rl eval executed_steps=k``; benchmarks sweeping k.
+
+    Raises:
+        ValueError: the policy acts one step at a time (or its config has no ``executed_steps``), or k is outside
+            [1, horizon].
+    """
+    horizon = int(policy.horizon)
+    if horizon == 1 or not dataclasses.is_dataclass(policy.cfg) or not hasattr(policy.cfg, "executed_steps"):
+        raise ValueError(f"bad config: executed_steps={k} is for chunking policies; this {policy.type_name} policy "
+                         f"acts one step at a time (horizon {horizon})")
+    if not 1 <= k <= horizon:
+        raise ValueError(f"bad config: executed_steps={k} must be in [1, horizon {horizon}]")
+    fields: dict[str, Any] = {"executed_steps": k}
+    if hasattr(policy.cfg, "executed_steps_by_task"):  # the per-task values give way to the one asked for
+        fields["executed_steps_by_task"] = {}
+    policy.cfg = dataclasses.replace(policy.cfg, **fields)
 
 
 def subset_obs(obs: Mapping[str, Any], env_ids: torch.Tensor) -> dict[str, Any]:

@@ -87,15 +87,15 @@ def test_robot_rl_eval_runs_an_offline_policy_on_a_task_it_names(lerobot_dataset
 def test_eval_executed_steps_replaces_the_policys_own_for_every_task(lerobot_dataset, tmp_path):
     import dataclasses
 
+    from policies.execution import set_executed_steps
     from policies.gaussian import GaussianPolicy, GaussianPolicyConfig
-    from robot_rl.cli.main import _set_executed_steps
 
     assert _offline(lerobot_dataset, tmp_path / "run", "steps=1",
                     "algo.policy.executed_steps_by_task={pick up the cube:1}") == 0
     policy = load_policy(load_checkpoint(tmp_path / "run").path / POLICY_DIR)
     assert policy.executed_steps_for("pick up the cube") == 1 and policy.executed_steps_for("other") == 2
-    _set_executed_steps(policy, 3)
+    set_executed_steps(policy, 3)
     assert policy.executed_steps_for("pick up the cube") == 3 and policy.executed_steps_for("other") == 3
     assert dataclasses.asdict(policy.cfg)["executed_steps_by_task"] == {}
     with pytest.raises(ValueError, match="for chunking policies"):
-        _set_executed_steps(GaussianPolicy(GaussianPolicyConfig(obs_dim=3, action_dim=2)), 2)
+        set_executed_steps(GaussianPolicy(GaussianPolicyConfig(obs_dim=3, action_dim=2)), 2)

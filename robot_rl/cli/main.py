@@ -107,6 +107,7 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     from policies import load_policy
+    from policies.execution import set_executed_steps
     from robot_rl.checkpoint import POLICY_DIR, load_meta
     from robot_rl.cli.config import EvalCommand, resolve_device, typed
     from sim.randomization import RandomizationConfig
@@ -118,7 +119,7 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     folder, meta = load_meta(e.checkpoint)
     policy = load_policy(folder / POLICY_DIR, device)
     if e.executed_steps is not None:
-        _set_executed_steps(policy, e.executed_steps)
+        set_executed_steps(policy, e.executed_steps)
     if "task" in meta:  # trained in simulation: evaluated on its own task
         if e.task is not None:
             raise ValueError(f"{folder} was trained on task {meta['task']!r}: task= is for policies trained offline")
@@ -143,20 +144,6 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     extra = {"checkpoint": str(folder), "env_steps": meta.get("env_steps"), "iteration": meta.get("iteration"),
              "executed_steps": e.executed_steps}
     return _report(out_dir, policy, task, task_cfg, sim_cfg, ev, device, run_dir, extra)
-
-
-def _set_executed_steps(policy: Any, k: int) -> None:
-    """``executed_steps=k`` of ``robot-rl eval``: a chunking policy executes k actions of each chunk, every task."""
-    horizon = int(policy.horizon)
-    if horizon == 1 or not dataclasses.is_dataclass(policy.cfg) or not hasattr(policy.cfg, "executed_steps"):
-        raise ValueError(f"bad config: executed_steps={k} is for chunking policies; this {policy.type_name} policy "
-                         f"acts one step at a time (horizon {horizon})")
-    if not 1 <= k <= horizon:
-        raise ValueError(f"bad config: executed_steps={k} must be in [1, horizon {horizon}]")
-    fields: dict[str, Any] = {"executed_steps": k}
-    if hasattr(policy.cfg, "executed_steps_by_task"):  # the per-task values give way to the one asked for
-        fields["executed_steps_by_task"] = {}
-    policy.cfg = dataclasses.replace(policy.cfg, **fields)
 
 
 def offline(cfg: Any) -> Path:
