@@ -26,6 +26,12 @@ def machine() -> dict[str, Any]:
     return {"cores": os.cpu_count(), "gpu": gpu, "platform": platform.platform(), "python": platform.python_version()}
 
 
+def robot_rl_command() -> list[str]:
+    """The ``robot-rl`` console script of this interpreter's environment (``python -m`` where it is not installed)."""
+    exe = Path(sys.executable).parent / "robot-rl"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "robot_rl.cli.main"]
+
+
 def git_commit() -> str:
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,

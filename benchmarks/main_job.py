@@ -24,16 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, goal, write_result
+from benchmarks.common import RESULTS, goal, robot_rl_command, write_result
 
 NAME = "main_job"
 TRAIN = ["train", "task=so101_reach", "algo=ppo"]  # `make train`; run_dir is added
 SOURCES = ("robot_rl", "policies", "sim", "configs")  # what the job runs: uncommitted changes here are recorded
-
-
-def robot_rl_command() -> list[str]:
-    exe = Path(sys.executable).parent / "robot-rl"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "robot_rl.cli.main"]
 
 
 def uncommitted(root: Path) -> list[str] | None:

@@ -76,8 +76,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 import torch
 
-from benchmarks.common import RESULTS, goal, save_figure, write_result
-from benchmarks.vla_bc import VISUAL_DR, robot_rl_command
+from benchmarks.common import RESULTS, goal, robot_rl_command, save_figure, write_result
+from benchmarks.vla_bc import VISUAL_DR
 
 NAME = "recap"
 TASK = "so101_lift"

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from benchmarks.common import RESULTS, goal, save_figure, write_result
+from benchmarks.common import RESULTS, goal, robot_rl_command, save_figure, write_result
 from policies.execution import set_executed_steps
 
 NAME = "vla_bc"
@@ -64,11 +64,6 @@ SWAP = {"red": "green", "green": "blue", "blue": "red"}  # the instruction swap 
 # 8 % of the frames. Reach alone, 2,000 updates: 0.20 success with these vs 0.05-0.10 without (vla_bc.json,
 # "history" -> "diagnostics_2026_12_02"). Evaluation still ends an episode on success.
 COLLECT_OVERRIDES = {"so101_reach": ["task.terminate_on_success=false", "task.episode_length=30"]}
-
-
-def robot_rl_command() -> list[str]:
-    exe = Path(sys.executable).parent / "robot-rl"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "robot_rl.cli.main"]
 
 
 def _overrides(d: dict[str, Any], prefix: str) -> list[str]:
