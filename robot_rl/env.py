@@ -172,7 +172,10 @@ def sanitize_action(action: torch.Tensor, num_envs: int, action_dim: int, device
         NaN or inf -- None when every row is finite (the common case costs nothing more).
     """
     a = check_action(action, num_envs, action_dim).to(device)
-    bad = nonfinite_rows(a)
+    total = a.sum()  # a screen: a NaN or inf anywhere makes the sum non-finite (s - s is then NaN)
+    if bool(total - total == 0):
+        return a.clamp(-1.0, 1.0), None
+    bad = nonfinite_rows(a)  # or finite values summed past float32's range: the rows decide
     if not bool(bad.any()):
         return a.clamp(-1.0, 1.0), None
     if on_nonfinite == "raise":

@@ -147,7 +147,7 @@ class MujocoFamilyEnv(VecEnv):
         if getattr(self.task.cfg, "terminate_on_success", True):
             terminated = terminated | success
         # A faulted env's reward and observation are meaningless: zero them so nothing non-finite escapes.
-        reward = reward.masked_fill(faulted | ~torch.isfinite(reward), 0.0)
+        reward = torch.nan_to_num(reward, nan=0.0, posinf=0.0, neginf=0.0).masked_fill_(faulted, 0.0)
         success = success & ~faulted
         self.episodes.add(reward, success)
         truncated = (self.episodes.lengths >= self.max_episode_length) & ~terminated

@@ -173,6 +173,7 @@ class MjxPhysics(BatchedParamsPhysics):
         self._data = data
         for k in _VIEWED:
             setattr(self.state, k, self._view(getattr(data, k)))
+        self.state.invalidate()
 
     # --------------------------------------------------------------------------------------------- physics
     def step(self, ctrl: torch.Tensor, nsubsteps: int) -> torch.Tensor:

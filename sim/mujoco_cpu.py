@@ -133,6 +133,7 @@ class MujocoPhysics(Physics):
         )
         self._state[:] = state_out[:, -1]
         self._sens[:] = sens_out[:, -1]
+        self.state.invalidate()
         return torch.zeros(self.num_envs, dtype=torch.bool)
 
     def randomize(self, env_ids: torch.Tensor, gen: torch.Generator) -> None:
@@ -158,6 +159,7 @@ class MujocoPhysics(Physics):
     def forward(self, env_ids: torch.Tensor) -> None:
         for i in env_ids.tolist():
             self._sens[i] = self._load_env(i)[1].sensordata
+        self.state.invalidate()
 
     def _load_env(self, i: int) -> tuple[mujoco.MjModel, mujoco.MjData]:
         m, d = self._models[i], self._scratch
@@ -184,6 +186,7 @@ class MujocoPhysics(Physics):
         self._state[:] = sd["state"].numpy()
         self._user[:] = sd["user"].numpy()
         self._sens[:] = sd["sensordata"].numpy()
+        self.state.invalidate()
         if self._randomizer is not None:
             for f in ModelRandomizer.FIELDS:
                 for m, v in zip(self._models, sd[f"model.{f}"].numpy()):

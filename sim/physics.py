@@ -52,6 +52,7 @@ class Physics(ABC):
     def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         for k, v in sd.items():
             getattr(self.state, k).copy_(v)
+        self.state.invalidate()
 
     def close(self) -> None:
         pass

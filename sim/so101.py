@@ -52,6 +52,7 @@ class SO101Arm:
         self.qpos_idx = torch.tensor([int(model.jnt_qposadr[j]) for j in jids], device=device)
         self.qvel_idx = torch.tensor([int(model.jnt_dofadr[j]) for j in jids], device=device)
         self.act_idx = torch.tensor(aids, device=device)
+        self._owns_ctrl = aids == list(range(model.nu))  # the arm's actuators are the whole ctrl vector, in order
         cr = torch.as_tensor(model.actuator_ctrlrange[aids], dtype=torch.float32, device=device)
         jr = torch.as_tensor(model.jnt_range[jids], dtype=torch.float32, device=device)
         # Targets stay inside both the actuator's control range and the joint's range.
@@ -75,6 +76,8 @@ class SO101Arm:
         else:
             target = self.low + (action + 1.0) * 0.5 * (self.high - self.low)
         target = torch.maximum(torch.minimum(target, self.high), self.low)
+        if self._owns_ctrl:
+            return target.to(ctrl.dtype)
         out = ctrl.clone()
         out[:, self.act_idx] = target.to(out.dtype)
         return out

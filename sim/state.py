@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import mujoco
 import torch
 
@@ -11,6 +14,12 @@ class SimState:
 
     ``sensordata`` rows are computed inside the last physics substep (before its integration), the same
     convention as gymnasium's MuJoCo envs and MJX; ``qpos``/``qvel`` are the state after it.
+
+    ``derived`` memoises quantities a task computes from the sensor readings (the base's frame velocities, contacts,
+    a fall test), which its reward terms, success, termination and observations would otherwise each recompute
+    after every physics step. A backend calls ``invalidate`` whenever it publishes new readings (``step``,
+    ``forward``, ``load_state_dict``), so a memoised value is exactly as fresh as ``sensordata``. Code that writes
+    into ``sensordata`` itself (a test constructing a reading) calls ``invalidate`` after, if it read before.
     """
 
     def __init__(self, model: mujoco.MjModel, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor,
@@ -34,6 +43,19 @@ class SimState:
         # A backend that publishes new tensors each step (mjx) replaces it; the views of the old one go with it.
         self._sensordata = value
         self._sensor_views: dict[str, torch.Tensor] = {}
+        self._derived: dict[str, Any] = {}
+
+    def invalidate(self) -> None:
+        """Forget every ``derived`` value: the backend has published new sensor readings."""
+        self._derived.clear()
+
+    def derived(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, memoised under ``key`` until the next ``invalidate``. Only for values computed from
+        ``sensordata`` (which changes only when the backend publishes); callers must not modify what it returns."""
+        value = self._derived.get(key)
+        if value is None:
+            value = self._derived[key] = compute()
+        return value
 
     @property
     def num_envs(self) -> int:

@@ -157,6 +157,7 @@ class WarpPhysics(BatchedParamsPhysics):
     def step(self, ctrl: torch.Tensor, nsubsteps: int) -> torch.Tensor:
         self.state.ctrl.copy_(ctrl)
         self._run(("step", int(nsubsteps)), lambda: self._substeps(int(nsubsteps)))
+        self.state.invalidate()
         return nonfinite_rows(self.state.qpos) | nonfinite_rows(self.state.qvel)
 
     def forward(self, env_ids: torch.Tensor) -> None:
@@ -168,6 +169,7 @@ class WarpPhysics(BatchedParamsPhysics):
             torch.nan_to_num_(wp.to_torch(self.d.act), nan=0.0, posinf=0.0, neginf=0.0)
         self._run("forward", lambda: mjw.forward(self.m, self.d))
         self.state.sensordata[keep] = kept
+        self.state.invalidate()
 
     # randomize/state_dict from BatchedParamsPhysics: rows are written in place, so the model's views (and
     # captured CUDA graphs) see them without rebinding.

@@ -26,6 +26,13 @@ def test_sanitize_action_checks_clips_and_reports_bad_rows():
         sanitize_action(a, 3, 3, torch.device("cpu"))
 
 
+
+def test_sanitize_action_passes_finite_rows_whose_sum_overflows():
+    """The fast check is a sum; finite actions summing past float32's range are still finite, and are clipped."""
+    a = torch.tensor([[3e38, 3e38], [0.5, -0.5]])
+    applied, bad = sanitize_action(a, 2, 2, torch.device("cpu"))
+    assert bad is None and applied.tolist() == [[1.0, 1.0], [0.5, -0.5]]
+
 def test_actor_ids():
     assert actor_ids(None, 2, torch.device("cpu")).tolist() == [keys.ACTOR_POLICY] * 2
     assert actor_ids(keys.ACTOR_RECOVERY, 2, torch.device("cpu")).tolist() == [keys.ACTOR_RECOVERY] * 2

@@ -304,14 +304,18 @@ class HumanoidWalkTask(Task):
 
     # ------------------------------------------------------------------------------------- observations
     def _base(self, state: SimState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Base linear velocity, angular velocity (base frame) and unit gravity in the base frame, [N, 3] each."""
-        gravity_b = projected_gravity(state.sensor("base_quat").float())
-        return state.sensor("base_lin_vel").float(), state.sensor("base_ang_vel").float(), gravity_b
+        """Base linear velocity, angular velocity (base frame) and unit gravity in the base frame, [N, 3] each
+        (computed once per physics step: rewards, termination and observations all read them)."""
+        return state.derived("humanoid_walk.base", lambda: (
+            state.sensor("base_lin_vel").float(), state.sensor("base_ang_vel").float(),
+            projected_gravity(state.sensor("base_quat").float())))
 
     def _contact(self, state: SimState) -> torch.Tensor:
         """[N, feet] 1.0 where the foot touches the floor (any of its geoms' contact sensors found one)."""
-        found = state.sensordata[:, self.contact_cols].float() @ self.contact_to_foot  # counts are >= 0
-        return (found > 0).float()
+        def compute() -> torch.Tensor:
+            found = state.sensordata[:, self.contact_cols].float() @ self.contact_to_foot  # counts are >= 0
+            return (found > 0).float()
+        return state.derived("humanoid_walk.contact", compute)
 
     def observations(self, state: SimState) -> Obs:
         lin_vel, ang_vel, gravity = self._base(state)
@@ -336,7 +340,7 @@ class HumanoidWalkTask(Task):
         air = feet_air_time(self.air_time, first_contact, self.command, self.cfg.air_time_threshold)
         self.air_time.add_(self.control_dt).mul_(1.0 - contact)
         foot_vel = state.sensordata[:, self.foot_vel_cols].float().view(-1, self.num_feet, 2)
-        fallen = self._fallen(state, gravity)
+        fallen = self._fallen(state)
         return {
             "track_lin_vel_xy_exp": track_lin_vel_xy_exp(self.command, lin_vel, self.cfg.lin_vel_std),
             "track_ang_vel_z_exp": track_ang_vel_z_exp(self.command, ang_vel, self.cfg.ang_vel_std),
@@ -352,13 +356,15 @@ class HumanoidWalkTask(Task):
             "fall": -fallen.float(),
         }
 
-    def _fallen(self, state: SimState, gravity_b: torch.Tensor) -> torch.Tensor:
-        low = state.sensor("base_pos")[:, 2] < self.robot.fall_height
-        tilted = gravity_b[:, 2] > -math.cos(self.cfg.fall_tilt)
-        return low | tilted
+    def _fallen(self, state: SimState) -> torch.Tensor:
+        def compute() -> torch.Tensor:
+            low = state.sensor("base_pos")[:, 2] < self.robot.fall_height
+            tilted = self._base(state)[2][:, 2] > -math.cos(self.cfg.fall_tilt)
+            return low | tilted
+        return state.derived("humanoid_walk.fallen", compute)
 
     def terminated(self, state: SimState) -> torch.Tensor:
-        return self._fallen(state, self._base(state)[2])
+        return self._fallen(state)
 
     def success(self, state: SimState) -> torch.Tensor:
         return torch.zeros(state.num_envs, dtype=torch.bool, device=state.qpos.device)

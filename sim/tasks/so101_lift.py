@@ -70,16 +70,20 @@ class LiftTask(common.ArmTask):
         self.last_action.copy_(action)
         return self.arm.action_to_ctrl(state.qpos, state.ctrl, action)
 
+    def _pads(self, state: SimState) -> torch.Tensor:
+        """bool [N, 2]: the fixed and the moving pad touch the cube."""
+        return state.derived("so101_lift.pads", lambda: torch.stack(
+            [state.sensor("fixed_pad_contact")[:, 0], state.sensor("moving_pad_contact")[:, 0]], dim=1) > 0)
+
     def _grasped(self, state: SimState) -> torch.Tensor:
-        return (state.sensor("fixed_pad_contact")[:, 0] > 0) & (state.sensor("moving_pad_contact")[:, 0] > 0)
+        return state.derived("so101_lift.grasped", lambda: self._pads(state).all(dim=1))
 
     def _height(self, state: SimState) -> torch.Tensor:
-        return state.sensor("cube_pos")[:, 2].float() - CUBE_HALF
+        return state.derived("so101_lift.height", lambda: state.sensor("cube_pos")[:, 2].float() - CUBE_HALF)
 
     def observations(self, state: SimState) -> Obs:
         grasp, cube = state.sensor("grasp_pos").float(), state.sensor("cube_pos").float()
-        contacts = torch.stack([state.sensor("fixed_pad_contact")[:, 0] > 0,
-                                state.sensor("moving_pad_contact")[:, 0] > 0], dim=1).float()
+        contacts = self._pads(state).float()
         q = self.arm.qpos(state.qpos)
         parts = {"joint_pos": q, "joint_vel": 0.1 * self.arm.qvel(state.qvel), "grasp_pos": grasp, "cube_pos": cube,
                  "cube_rel": cube - grasp, "cube_quat": state.sensor("cube_quat").float(), "pad_contacts": contacts,
@@ -95,14 +99,12 @@ class LiftTask(common.ArmTask):
             "reach": -d,  # m
             "grasp": grasped.float() - 1.0,
             "lift": -(self.cfg.lift_height - h).clamp(0.0, self.cfg.lift_height) / self.cfg.lift_height,
-            "success": self._lifted(h, grasped).float(),
+            "success": self.success(state).float(),
         }
 
-    def _lifted(self, height: torch.Tensor, grasped: torch.Tensor) -> torch.Tensor:
-        return (height >= self.cfg.lift_height) & grasped
-
     def success(self, state: SimState) -> torch.Tensor:
-        return self._lifted(self._height(state), self._grasped(state))
+        return state.derived("so101_lift.success",
+                             lambda: (self._height(state) >= self.cfg.lift_height) & self._grasped(state))
 
     def terminated(self, state: SimState) -> torch.Tensor:
         return state.sensor("cube_pos")[:, 2] < -0.05  # fell off the table
