@@ -128,12 +128,26 @@ def quat_rotate_inverse(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return v * (2.0 * w**2 - 1.0) - 2.0 * w * torch.linalg.cross(u, v) + 2.0 * u * torch.sum(u * v, dim=1, keepdim=True)
 
 
+def _gravity_matrix() -> tuple[torch.Tensor, torch.Tensor]:
+    """M [16, 3] and offset [3] with projected_gravity(q) = flatten(q ⊗ q) @ M + offset (row-major q_i·q_j, i, j in
+    w, x, y, z): g = (2(wy - xz), -2(yz + wx), 2(x² + y²) - 1)."""
+    m = torch.zeros(16, 3)
+    w, x, y, z = range(4)
+    for (i, j), col, coef in (((w, y), 0, 2.0), ((x, z), 0, -2.0), ((y, z), 1, -2.0), ((w, x), 1, -2.0),
+                              ((x, x), 2, 2.0), ((y, y), 2, 2.0)):
+        m[4 * i + j, col] = coef
+    return m, torch.tensor([0.0, 0.0, -1.0])
+
+
+_GRAVITY_M, _GRAVITY_OFFSET = _gravity_matrix()
+
+
 def projected_gravity(q: torch.Tensor) -> torch.Tensor:
     """World down (0, 0, -1) in the frame of unit quaternion q [N, 4] (w, x, y, z): minus the third row of q's
-    rotation matrix, ``quat_rotate_inverse(q, down)`` in closed form (a third of the tensor ops; tasks read it
-    every step)."""
-    w, x, y, z = q.unbind(dim=1)
-    return torch.stack((2.0 * (w * y - x * z), -2.0 * (y * z + w * x), 2.0 * (x * x + y * y) - 1.0), dim=1)
+    rotation matrix, ``quat_rotate_inverse(q, down)`` in closed form, as one outer product and one matrix product
+    (3 tensor ops instead of ~17: tasks read it every step)."""
+    m, offset = _GRAVITY_M.to(q), _GRAVITY_OFFSET.to(q)
+    return torch.addmm(offset, (q[:, :, None] * q[:, None, :]).flatten(1), m)
 
 
 class HumanoidWalkTask(Task):
@@ -220,6 +234,7 @@ class HumanoidWalkTask(Task):
                                      self.cfg.ang_vel_z_range[0]], device=device)
         self.cmd_high = torch.tensor([self.cfg.lin_vel_x_range[1], self.cfg.lin_vel_y_range[1],
                                       self.cfg.ang_vel_z_range[1]], device=device)
+        self.cmd_span = self.cmd_high - self.cmd_low
         # Command, push and observation noise draws come from a generator on the env's device, re-seeded from the
         # env's generator at every reset: same seed, same noise, on every backend.
         self.rng = torch.Generator(device=device)
@@ -267,11 +282,14 @@ class HumanoidWalkTask(Task):
         self.prev_action[env_ids] = 0.0
         self.air_time[env_ids] = 0.0
 
-    def _resample_commands(self, env_ids: torch.Tensor) -> None:
-        n = len(env_ids)
+    def _draw_commands(self, n: int) -> torch.Tensor:
+        """[n, 3] commands: uniform in the ranges, standing still (0) with probability ``standing_fraction``."""
         u = torch.rand(n, 4, generator=self.rng, device=self.device)
-        cmd = self.cmd_low + u[:, :3] * (self.cmd_high - self.cmd_low)
-        self.command[env_ids] = torch.where(u[:, 3:] < self.cfg.standing_fraction, torch.zeros_like(cmd), cmd)
+        cmd = self.cmd_low + u[:, :3] * self.cmd_span
+        return torch.where(u[:, 3:] < self.cfg.standing_fraction, 0.0, cmd)
+
+    def _resample_commands(self, env_ids: torch.Tensor) -> None:
+        self.command[env_ids] = self._draw_commands(len(env_ids))
 
     def _push_interval(self, n: int) -> torch.Tensor:
         lo, hi = self.push_steps
@@ -285,10 +303,8 @@ class HumanoidWalkTask(Task):
         self.last_action.copy_(action)
         self.command_timer -= 1
         due = self.command_timer <= 0
-        # Resampling every env and keeping the due ones avoids a data-dependent shape (and a GPU sync).
-        old = self.command.clone()
-        self._resample_commands(torch.arange(state.num_envs, device=self.device))
-        self.command.copy_(torch.where(due[:, None], self.command, old))
+        # Drawing for every env and keeping the due ones avoids a data-dependent shape (and a GPU sync).
+        self.command.copy_(torch.where(due[:, None], self._draw_commands(state.num_envs), self.command))
         self.command_timer.masked_fill_(due, self.resample_steps)
         if self.cfg.push_velocity > 0:
             self.push_timer -= 1
