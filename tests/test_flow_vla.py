@@ -25,6 +25,7 @@ from policies.flow_vla.flow import (
     time_embedding,
 )
 from policies.flow_vla.policy import relative_chunk_stats
+from robot_rl.algos.bc import BC, BCConfig, native_bf16
 
 TASKS = ["pick up the red cube", "pick up the blue cube"]
 CAMS = ["front", "wrist"]
@@ -411,3 +412,41 @@ def test_executed_steps_per_task_are_matched_by_normalised_instruction_and_saved
     assert asked == [[0, 1], [], [1], []]
     with pytest.raises(ValueError, match=r"executed_steps_by_task: instruction -> an int in \[1, horizon 4\]"):
         _tiny_cfg(executed_steps_by_task={"pick up the red cube": 5})
+
+
+# ---------------------------------------------------------------------------------------------- bf16 training
+@pytest.mark.skipif(not native_bf16(torch.device("cpu")), reason="this CPU computes bf16 only by emulation")
+def test_bf16_updates_run_the_convs_in_bf16_keep_keypoints_and_weights_float32_and_learn():
+    batch = _batch(8)
+    pol = _policy(random_shift=0)
+    algo = BC(pol, BCConfig(learning_rate=2e-3, bf16=True))
+    seen = {}
+    enc = pol.model.images[CAMS[0]]
+    enc.convs[0].register_forward_hook(lambda m, i, o: seen.__setitem__("conv", o.dtype))
+    enc.keypoints.register_forward_hook(lambda m, i, o: seen.__setitem__("keypoints", o.dtype))
+    g = torch.Generator().manual_seed(5)
+    eval_noise, eval_time = torch.randn(8, 4, 6, generator=g), sample_time(8, generator=g)
+
+    def eval_loss() -> float:
+        pol.eval()
+        with torch.no_grad():
+            return float(pol.loss(batch, noise=eval_noise, time=eval_time)[0])
+
+    before = eval_loss()
+    assert seen == {"conv": torch.float32, "keypoints": torch.float32}  # evaluation stays float32
+    pol.train()
+    for _ in range(200):
+        out = algo.update(batch)
+    assert seen == {"conv": torch.bfloat16, "keypoints": torch.float32}
+    assert all(p.dtype == torch.float32 for p in pol.parameters()) and math.isfinite(out["loss"])
+    after = eval_loss()
+    assert before > 1.0 and after < 0.2 * before, (before, after)
+
+
+def test_bf16_is_refused_where_the_hardware_would_emulate_it(monkeypatch):
+    from robot_rl.algos import bc
+
+    monkeypatch.setattr(bc, "native_bf16", lambda device: False)  # a CPU without AVX512-BF16 / AMX (this one has it)
+    with pytest.raises(ValueError, match="no native bf16"):
+        BC(_policy(), BCConfig(bf16=True))
+    BC(_policy(), BCConfig(bf16=False))

@@ -75,9 +75,17 @@ class TextEncoder(nn.Module):
 
 
 class SpatialSoftmax(nn.Module):
-    """Feature maps [B, C, h, w] -> expected (x, y) in [-1, 1] of each channel's softmax over positions, [B, 2C]."""
+    """Feature maps [B, C, h, w] -> expected (x, y) in [-1, 1] of each channel's softmax over positions, [B, 2C].
+
+    Always in float32, also under bf16 autocast: bf16's 8-bit mantissa would put the keypoints ~1/256 of the image
+    off, and where things are is what they carry."""
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(features.device.type, enabled=False):
+            return self._keypoints(features.float())
+
+    @staticmethod
+    def _keypoints(features: torch.Tensor) -> torch.Tensor:
         b, c, h, w = features.shape
         attn = features.flatten(2).softmax(dim=-1)  # [B, C, h·w]
         ys = torch.linspace(-1.0, 1.0, h, device=features.device, dtype=features.dtype)
