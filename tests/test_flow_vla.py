@@ -25,7 +25,8 @@ from policies.flow_vla.flow import (
     time_embedding,
 )
 from policies.flow_vla.policy import relative_chunk_stats
-from robot_rl.algos.bc import BC, BCConfig, native_bf16
+from robot_rl.algos.bc import BC, BCConfig
+from robot_rl.algos.precision import native_bf16
 
 TASKS = ["pick up the red cube", "pick up the blue cube"]
 CAMS = ["front", "wrist"]
@@ -444,9 +445,9 @@ def test_bf16_updates_run_the_convs_in_bf16_keep_keypoints_and_weights_float32_a
 
 
 def test_bf16_is_refused_where_the_hardware_would_emulate_it(monkeypatch):
-    from robot_rl.algos import bc
+    from robot_rl.algos import precision
 
-    monkeypatch.setattr(bc, "native_bf16", lambda device: False)  # a CPU without AVX512-BF16 / AMX (this one has it)
+    monkeypatch.setattr(precision, "native_bf16", lambda device: False)  # a CPU without AVX512-BF16 / AMX (this one has it)
     with pytest.raises(ValueError, match="no native bf16"):
         BC(_policy(), BCConfig(bf16=True))
     BC(_policy(), BCConfig(bf16=False))

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from policies import keys
-from robot_rl.algos.recap import load_value_model, save_value_model
+from robot_rl.algos.precision import native_bf16
+from robot_rl.algos.recap import ValueLearner, ValueTrainConfig, load_value_model, save_value_model
 from robot_rl.models.value import ValueConfig, ValueModel, bin_centers, expected_value, hl_gauss, two_hot
 
 
@@ -101,3 +102,19 @@ def test_bad_frames_are_named():
         model.value(frames)
     with pytest.raises(ValueError, match="loss"):
         ValueConfig(loss="mse")
+
+
+@pytest.mark.skipif(not native_bf16(torch.device("cpu")), reason="this CPU computes bf16 only by emulation")
+def test_the_value_learner_in_bf16_runs_its_convs_in_bf16_and_still_fits():
+    torch.manual_seed(0)
+    model = _tiny()
+    seen = {}
+    model.images["front"].convs[0].register_forward_hook(lambda m, i, o: seen.__setitem__("conv", o.dtype))
+    learner = ValueLearner(model, ValueTrainConfig(learning_rate=3e-3, bf16=True))
+    frames, target = _frames(8), torch.linspace(-1.0, 0.0, 8)
+    first = float((model.value(frames) - target).abs().mean())
+    for _ in range(150):
+        learner.update(frames, target)
+    assert seen["conv"] == torch.bfloat16 and all(p.dtype == torch.float32 for p in model.parameters())
+    err = float((model.value(frames) - target).abs().mean())
+    assert err < 0.05 < first, (first, err)

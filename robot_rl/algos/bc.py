@@ -28,6 +28,7 @@ from torch import nn
 from policies import keys
 from robot_rl.algos.base import OfflineAlgorithm
 from robot_rl.algos.guard import NonFiniteGuard, guarded_step
+from robot_rl.algos.precision import bf16_autocast, check_bf16
 
 
 @dataclass
@@ -63,15 +64,6 @@ class BCConfig:
             raise ValueError("bc warmup_updates and weight_decay must be >= 0, lr_min_ratio in [0, 1]")
 
 
-def native_bf16(device: torch.device) -> bool:
-    """Whether ``device`` computes in bf16 natively (a CUDA GPU that supports it; a CPU with AVX512-BF16 or AMX)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return False
-
-
 def lr_factor(cfg: BCConfig, update: int) -> float:
     """The learning-rate multiplier at update ``update`` (0-based): linear warm-up, then constant or cosine."""
     if cfg.warmup_updates and update < cfg.warmup_updates:
@@ -104,9 +96,7 @@ class BC(OfflineAlgorithm):
 
     def __init__(self, policy: nn.Module, cfg: BCConfig, device: torch.device | str = "cpu") -> None:
         self.cfg, self.device = cfg, torch.device(device)
-        if cfg.bf16 and not native_bf16(self.device):
-            raise ValueError(f"algo.bf16=true: this {self.device.type} has no native bf16 (emulated, it would be slower "
-                             "than float32); leave algo.bf16=false")
+        check_bf16(cfg.bf16, self.device, "algo.bf16")
         self.policy = policy.to(self.device)
         self._own_loss = callable(getattr(policy, "loss", None))
         if not self._own_loss and not callable(getattr(policy, "distribution", None)):
@@ -149,7 +139,7 @@ class BC(OfflineAlgorithm):
         lr = self.cfg.learning_rate * lr_factor(self.cfg, self.updates)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
+        with bf16_autocast(self.cfg.bf16, self.device):
             if self._own_loss:
                 loss, metrics = self.policy.loss(batch)
             else:

@@ -31,6 +31,7 @@ import torch
 from policies import keys
 from policies.flow_vla import CONDITION_KEY
 from robot_rl.algos.guard import NonFiniteGuard, guarded_step
+from robot_rl.algos.precision import bf16_autocast, check_bf16
 from robot_rl.data.labels import LabelConfig, Labels, compute_labels, read_sidecar, targets_for, write_sidecar
 from robot_rl.models.value import ValueConfig, ValueModel
 from robot_rl.models.voc import success_auc, value_order_correlation
@@ -56,6 +57,9 @@ class ValueTrainConfig:
     # words, and have been fitted to the same targets (algo.labels.max_episode_length, fail_penalty); the fitting
     # settings above are then unused. Copied into this run's ``value`` folder, so the run stays self-contained.
     pretrained: str | None = None
+    # bf16 autocast of each update's forward pass, as ``algo.bf16`` for the policy (refused where the hardware would
+    # emulate it); the logits' softmax and the loss stay float32.
+    bf16: bool = False
     model: ValueConfig = field(default_factory=ValueConfig)
 
     def __post_init__(self) -> None:
@@ -117,6 +121,7 @@ class ValueLearner:
 
     def __init__(self, model: ValueModel, cfg: ValueTrainConfig, device: torch.device | str = "cpu") -> None:
         self.model, self.cfg, self.device = model.to(device), cfg, torch.device(device)
+        check_bf16(cfg.bf16, self.device, "algo.value.bf16")
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.guard = NonFiniteGuard(10)
         self.updates = 0
@@ -124,7 +129,8 @@ class ValueLearner:
     def update(self, batch: dict[str, Any], target: torch.Tensor) -> dict[str, float]:
         """One AdamW step on a frame batch and its targets [B] (value units)."""
         self.model.train()
-        loss, metrics = self.model.loss(batch, target)
+        with bf16_autocast(self.cfg.bf16, self.device):
+            loss, metrics = self.model.loss(batch, target)
         self.updates += 1
         grad_norm = guarded_step(self.optimizer, self.model.parameters(), loss, self.cfg.max_grad_norm, self.guard)
         if grad_norm is None:

@@ -195,7 +195,7 @@ class ValueModel(nn.Module):
     def loss(self, frame: Mapping[str, Any], target: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """Cross-entropy between the predicted distribution and the target's; also the mean absolute error of the
         mean prediction (value units)."""
-        logits = self(frame)
+        logits = self(frame).float()  # float32 also under bf16 autocast: 201 bins of 0.005 need the precision
         target = target.to(self.device).float()
         ce = -(self.target_distribution(target) * F.log_softmax(logits, -1)).sum(-1).mean()
         mae = (expected_value(logits.detach(), self.centers) - target).abs().mean()
