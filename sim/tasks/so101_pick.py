@@ -114,14 +114,18 @@ class PickTask(common.ArmTask):
         return self.arm.action_to_ctrl(state.qpos, state.ctrl, action)
 
     # --------------------------------------------------------------------------------- per-cube quantities
+    # Per-cube readings are memoised once per physics step (``SimState.derived``); what depends on the named cube
+    # (``self.target``, redrawn at reset) is indexed from them on every call.
     def _stack(self, state: SimState, sensor: str) -> torch.Tensor:
         """[N, 3 cubes, dim] of the per-cube sensor ``cube_<colour><sensor>``, cubes in COLOURS order."""
-        return torch.stack([state.sensor(f"{n}{sensor}") for n in self.names], dim=1).float()
+        return state.derived(f"so101_pick.stack{sensor}", lambda: torch.stack(
+            [state.sensor(f"{n}{sensor}") for n in self.names], dim=1).float())
 
     def _contacts(self, state: SimState) -> torch.Tensor:
         """bool [N, 3 cubes, 2]: (fixed, moving) pad touching each cube."""
-        return torch.stack([torch.stack([state.sensor(f"{pad}_contact_{n}")[:, 0] > 0
-                                         for pad in ("fixed_pad", "moving_pad")], dim=1) for n in self.names], dim=1)
+        return state.derived("so101_pick.contacts", lambda: torch.stack(
+            [torch.stack([state.sensor(f"{pad}_contact_{n}")[:, 0] for pad in ("fixed_pad", "moving_pad")], dim=1)
+             for n in self.names], dim=1) > 0)
 
     def _target_pos(self, state: SimState) -> torch.Tensor:
         return self._stack(state, "_pos")[self._rows, self.target]

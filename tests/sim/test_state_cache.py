@@ -6,6 +6,7 @@ import torch
 from sim.config import SimConfig
 from sim.registry import make_env
 from sim.tasks.so101_lift import CUBE_HALF
+from sim.tasks.so101_pick import COLOURS, cube_name
 
 
 def _lift(n: int = 2):
@@ -67,3 +68,18 @@ def test_humanoid_fall_is_recomputed_after_a_reset_forward():
     assert task.terminated(state).all()
     lin_vel, _, _ = task._base(state)
     assert torch.equal(lin_vel, state.sensor("base_lin_vel").float())
+
+
+def test_pick_memoises_the_cubes_but_not_which_cube_is_named():
+    """The named colour is redrawn at reset, outside the physics: changing it must change the reward at once."""
+    env = make_env("so101_pick", SimConfig(num_envs=3, num_threads=1))
+    env.reset(seed=0)
+    task, state = env.task, env.physics.state
+    before = task.reward_terms(state, torch.zeros(3, 6))["reach"]
+    task.target.copy_((task.target + 1) % 3)  # name another cube, no physics step
+    after = task.reward_terms(state, torch.zeros(3, 6))["reach"]
+    grasp = state.sensor("grasp_pos").float()
+    cubes = torch.stack([state.sensor(f"{cube_name(c)}_pos").float() for c in COLOURS], dim=1)
+    named = cubes[torch.arange(3), task.target]
+    torch.testing.assert_close(after, -torch.linalg.norm(named - grasp, dim=1))
+    assert not torch.allclose(before, after)
