@@ -222,6 +222,19 @@ def test_relative_chunk_stats_by_hand():
     torch.testing.assert_close(out["std"], torch.tensor([[math.sqrt(14 / 9)], [math.sqrt(278 / 9)]]))
 
 
+def _fixed_eval_loss(pol: FlowVLAPolicy, batch: dict):
+    """A function giving the policy's eval-mode loss on ``batch`` (8 samples) at one fixed draw of noise and time."""
+    g = torch.Generator().manual_seed(5)
+    noise, time = torch.randn(8, 4, 6, generator=g), sample_time(8, generator=g)
+
+    def eval_loss() -> float:
+        pol.eval()
+        with torch.no_grad():
+            return float(pol.loss(batch, noise=noise, time=time)[0])
+
+    return eval_loss
+
+
 @pytest.mark.parametrize("relative", [False, True])
 def test_overfits_a_tiny_fixed_batch(relative):
     batch = _batch(8)
@@ -231,14 +244,7 @@ def test_overfits_a_tiny_fixed_batch(relative):
         stats[RELATIVE_STATS_KEY] = {"mean": delta.mean(0), "std": delta.std(0)}
     torch.manual_seed(0)
     pol = FlowVLAPolicy.from_stats(stats, TASKS, _tiny_cfg(random_shift=0, relative_actions=relative))
-    g = torch.Generator().manual_seed(5)
-    eval_noise, eval_time = torch.randn(8, 4, 6, generator=g), sample_time(8, generator=g)
-
-    def eval_loss() -> float:
-        pol.eval()
-        with torch.no_grad():
-            return float(pol.loss(batch, noise=eval_noise, time=eval_time)[0])
-
+    eval_loss = _fixed_eval_loss(pol, batch)
     before = eval_loss()
     opt = torch.optim.Adam(pol.parameters(), lr=2e-3)
     pol.train()
@@ -425,14 +431,7 @@ def test_bf16_updates_run_the_convs_in_bf16_keep_keypoints_and_weights_float32_a
     enc = pol.model.images[CAMS[0]]
     enc.convs[0].register_forward_hook(lambda m, i, o: seen.__setitem__("conv", o.dtype))
     enc.keypoints.register_forward_hook(lambda m, i, o: seen.__setitem__("keypoints", o.dtype))
-    g = torch.Generator().manual_seed(5)
-    eval_noise, eval_time = torch.randn(8, 4, 6, generator=g), sample_time(8, generator=g)
-
-    def eval_loss() -> float:
-        pol.eval()
-        with torch.no_grad():
-            return float(pol.loss(batch, noise=eval_noise, time=eval_time)[0])
-
+    eval_loss = _fixed_eval_loss(pol, batch)
     before = eval_loss()
     assert seen == {"conv": torch.float32, "keypoints": torch.float32}  # evaluation stays float32
     pol.train()
