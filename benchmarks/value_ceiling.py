@@ -250,6 +250,7 @@ def recap_with_scaled_value(a: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--recap needs the scaled image value model {scaled} (run --image with "
                          f"--image-value-steps {a.recap_value_steps} first)")
     variants = {"scaled_value": [f"algo.value.pretrained={scaled}"], "own_value": ["algo.value.steps=1500"]}
+    variants = {k: v for k, v in variants.items() if k in a.recap_variants}
     out: dict[str, Any] = {"dataset": str(mixed), "policy_steps": a.recap_steps, "value_model_scaled": str(scaled),
                            "eval_episodes": 100, "eval_seed": EVAL_SEED, "runs": {}}
     for name, extra in variants.items():
@@ -324,6 +325,10 @@ def main() -> None:
                         "folder beside --compare) labelled by the --image model vs by its own value model")
     p.add_argument("--recap-value-steps", type=int, default=12000, help="--recap: which --image model labels")
     p.add_argument("--recap-steps", type=int, default=3000, help="--recap: policy gradient steps (recap.py's)")
+    p.add_argument("--recap-variants", nargs="+", choices=("scaled_value", "own_value"),
+                   default=["scaled_value", "own_value"],
+                   help="--recap: label with the scaled model and/or the run's own 300-episode model (the latter is "
+                        "recap.py's recap_balanced, seed 0)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the MLPs are small: one is fastest)")
     p.add_argument("--work", type=Path, default=Path("/tmp/value_ceiling"))
     p.add_argument("--skip-collect", action="store_true", help="reuse the datasets in --work")
