@@ -46,9 +46,9 @@ class BCConfig:
     ema_decay: float = 0.0
     # bf16 autocast of each update's forward pass (weights, gradients and AdamW stay float32; evaluation and export
     # are float32). Where the hardware has native bf16 -- CUDA GPUs from Ampere on, CPUs with AVX512-BF16 or AMX
-    # such as this machine kind's AMD EPYC -- convolutions and matmuls run at about twice the rate: the flow VLA's
-    # update (vla_bc's model, batch 64, 2 threads, quiet) took 92-114 ms vs 129-159 ms. Elsewhere bf16 is emulated
-    # and slower, so the learner refuses it.
+    # such as this machine kind's AMD EPYC -- the flow VLA's update (vla_bc's model, batch 64, 2 threads, quiet) took
+    # 97-115 ms vs 129-159 ms, and scored as float32 does at equal steps (vla_bc.json, bf16_trial_2026_12_03).
+    # Elsewhere bf16 is emulated and slower, so the learner refuses it.
     bf16: bool = False
 
     def __post_init__(self) -> None:

@@ -12,6 +12,7 @@ framelinvel, geom-geom contact), so the ``mujoco`` and ``mjx`` backends serve th
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -128,25 +129,23 @@ def quat_rotate_inverse(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return v * (2.0 * w**2 - 1.0) - 2.0 * w * torch.linalg.cross(u, v) + 2.0 * u * torch.sum(u * v, dim=1, keepdim=True)
 
 
-def _gravity_matrix() -> tuple[torch.Tensor, torch.Tensor]:
+@functools.lru_cache(maxsize=8)
+def _gravity_matrix(device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """M [16, 3] and offset [3] with projected_gravity(q) = flatten(q ⊗ q) @ M + offset (row-major q_i·q_j, i, j in
-    w, x, y, z): g = (2(wy - xz), -2(yz + wx), 2(x² + y²) - 1)."""
-    m = torch.zeros(16, 3)
+    w, x, y, z): g = (2(wy - xz), -2(yz + wx), 2(x² + y²) - 1). Made once per device and dtype (no copy per step)."""
+    m = torch.zeros(16, 3, dtype=dtype)
     w, x, y, z = range(4)
     for (i, j), col, coef in (((w, y), 0, 2.0), ((x, z), 0, -2.0), ((y, z), 1, -2.0), ((w, x), 1, -2.0),
                               ((x, x), 2, 2.0), ((y, y), 2, 2.0)):
         m[4 * i + j, col] = coef
-    return m, torch.tensor([0.0, 0.0, -1.0])
-
-
-_GRAVITY_M, _GRAVITY_OFFSET = _gravity_matrix()
+    return m.to(device), torch.tensor([0.0, 0.0, -1.0], dtype=dtype, device=device)
 
 
 def projected_gravity(q: torch.Tensor) -> torch.Tensor:
     """World down (0, 0, -1) in the frame of unit quaternion q [N, 4] (w, x, y, z): minus the third row of q's
     rotation matrix, ``quat_rotate_inverse(q, down)`` in closed form, as one outer product and one matrix product
     (3 tensor ops instead of ~17: tasks read it every step)."""
-    m, offset = _GRAVITY_M.to(q), _GRAVITY_OFFSET.to(q)
+    m, offset = _gravity_matrix(q.device, q.dtype)
     return torch.addmm(offset, (q[:, :, None] * q[:, None, :]).flatten(1), m)
 
 
