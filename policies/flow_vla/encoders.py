@@ -127,7 +127,9 @@ class ImageEncoder(nn.Module):
         self.proj = nn.Sequential(nn.Linear(2 * (c_in + fine), out_dim), nn.LayerNorm(out_dim))
 
     def forward(self, images: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        h, points = images, []
+        # NHWC: the layout oneDNN's CPU convolutions run fastest in. A BC update of the flow VLA on vla_bc's data (2
+        # cores, quiet, alternated with NCHW): 139-152 vs 168-176 ms in float32, 128-132 vs 142-148 ms under bf16.
+        h, points = images.contiguous(memory_format=torch.channels_last), []
         temperature = self.log_temperature.exp()
         for i, (conv, film) in enumerate(zip(self.convs, self.films, strict=True)):
             gamma, beta = film(task)[:, :, None, None].chunk(2, dim=1)
