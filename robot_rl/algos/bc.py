@@ -28,6 +28,7 @@ from torch import nn
 from policies import keys
 from robot_rl.algos.base import OfflineAlgorithm
 from robot_rl.algos.guard import NonFiniteGuard, guarded_step
+from robot_rl.algos.optim import adamw
 from robot_rl.algos.precision import bf16_autocast, check_bf16
 
 
@@ -102,8 +103,7 @@ class BC(OfflineAlgorithm):
         if not self._own_loss and not callable(getattr(policy, "distribution", None)):
             raise TypeError(f"bc cannot train {type(policy).__name__}: it has neither loss(batch) nor "
                             "distribution(obs)")
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.learning_rate,
-                                           weight_decay=cfg.weight_decay)
+        self.optimizer = adamw(self.policy.parameters(), cfg.learning_rate, cfg.weight_decay, self.device)
         self.guard = NonFiniteGuard(cfg.max_consecutive_nonfinite)
         self.updates = 0
         self.ema: nn.Module | None = None

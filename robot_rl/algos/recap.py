@@ -31,6 +31,7 @@ import torch
 from policies import keys
 from policies.flow_vla import CONDITION_KEY
 from robot_rl.algos.guard import NonFiniteGuard, guarded_step
+from robot_rl.algos.optim import adamw
 from robot_rl.algos.precision import bf16_autocast, check_bf16
 from robot_rl.data.labels import LabelConfig, Labels, compute_labels, read_sidecar, targets_for, write_sidecar
 from robot_rl.models.value import ValueConfig, ValueModel
@@ -122,7 +123,7 @@ class ValueLearner:
     def __init__(self, model: ValueModel, cfg: ValueTrainConfig, device: torch.device | str = "cpu") -> None:
         self.model, self.cfg, self.device = model.to(device), cfg, torch.device(device)
         check_bf16(cfg.bf16, self.device, "algo.value.bf16")
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.optimizer = adamw(model.parameters(), cfg.learning_rate, cfg.weight_decay, self.device)
         self.guard = NonFiniteGuard(10)
         self.updates = 0
 
