@@ -49,7 +49,8 @@ class BCConfig:
     # are float32). Where the hardware has native bf16 -- CUDA GPUs from Ampere on, CPUs with AVX512-BF16 or AMX
     # such as this machine kind's AMD EPYC -- the flow VLA's update (vla_bc's model, batch 64, 2 threads, quiet) took
     # 97-115 ms vs 129-159 ms, and scored as float32 does at equal steps (vla_bc.json, bf16_trial_2026_12_03).
-    # Elsewhere bf16 is emulated and slower, so the learner refuses it.
+    # Elsewhere bf16 is emulated and slower, so the learner refuses it. Off by default, so a recipe gives the same
+    # numbers on every machine; benchmarks/vla_bc.py turns it on where the CPU has it.
     bf16: bool = False
 
     def __post_init__(self) -> None:
