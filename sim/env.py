@@ -129,7 +129,8 @@ class MujocoFamilyEnv(VecEnv):
         faulted = nan_state | diverged
         if bad is not None:
             faulted = faulted | bad
-        if bool(faulted.any()):
+        any_fault = bool(faulted.any())  # rare: the masking below runs only then
+        if any_fault:
             self.counters["sim_nan_resets"] += int(nan_state.sum())
             self.counters["sim_diverged_resets"] += int((diverged & ~nan_state).sum())
 
@@ -143,12 +144,16 @@ class MujocoFamilyEnv(VecEnv):
         reward = weighted.sum(dim=1)
         log_scalars = dict(zip(self._reward_log_names, weighted.mean(dim=0).tolist()))
         success = self.task.success(state)
-        terminated = self.task.terminated(state) | faulted
+        terminated = self.task.terminated(state)
+        if any_fault:
+            terminated = terminated | faulted
         if getattr(self.task.cfg, "terminate_on_success", True):
             terminated = terminated | success
         # A faulted env's reward and observation are meaningless: zero them so nothing non-finite escapes.
-        reward = torch.nan_to_num(reward, nan=0.0, posinf=0.0, neginf=0.0).masked_fill_(faulted, 0.0)
-        success = success & ~faulted
+        reward = torch.nan_to_num(reward, nan=0.0, posinf=0.0, neginf=0.0)
+        if any_fault:
+            reward.masked_fill_(faulted, 0.0)
+            success = success & ~faulted
         self.episodes.add(reward, success)
         truncated = (self.episodes.lengths >= self.max_episode_length) & ~terminated
 
@@ -158,9 +163,10 @@ class MujocoFamilyEnv(VecEnv):
                                 keys.ACTOR: who}
         if bool(done.any()):
             final_obs = {k: v.clone() for k, v in obs.items()}
-            for v in final_obs.values():
-                if v.is_floating_point():
-                    v[faulted] = 0.0
+            if any_fault:
+                for v in final_obs.values():
+                    if v.is_floating_point():
+                        v[faulted] = 0.0
             info[keys.EPISODE] = self.episodes.stats()
             if self.autoreset:
                 ids = done.nonzero().flatten()
