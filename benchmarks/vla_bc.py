@@ -74,8 +74,9 @@ def _overrides(d: dict[str, Any], prefix: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------------ data
-def collect(root: Path, demos: int, num_envs: int, seed: int) -> dict[str, Any]:
-    """Record ``demos`` expert episodes per task into one dataset at ``root``; seconds and counts per task."""
+def collect(root: Path, demos: int, num_envs: int, seed: int, image: int = IMAGE) -> dict[str, Any]:
+    """Record ``demos`` expert episodes per task into one dataset at ``root`` (``image`` x ``image`` pixels per camera);
+    seconds and counts per task."""
     from robot_rl.cli.build import compose
     from robot_rl.cli.collect import collect as run_collect
 
@@ -83,7 +84,7 @@ def collect(root: Path, demos: int, num_envs: int, seed: int) -> dict[str, Any]:
     for i, task in enumerate(TASKS):
         cfg = compose("collect", [f"task={task}", f"episodes={demos}", f"dataset.root={root}",
                                   f"dataset.append={'true' if i else 'false'}", f"task.cameras=[{','.join(CAMERAS)}]",
-                                  f"task.image_width={IMAGE}", f"task.image_height={IMAGE}",
+                                  f"task.image_width={image}", f"task.image_height={image}",
                                   f"sim.num_envs={num_envs}", f"seed={seed + 1000 * i}", "progress=false",
                                   *_overrides(VISUAL_DR, "sim.randomization"), *COLLECT_OVERRIDES.get(task, [])])
         c = run_collect(cfg)
@@ -319,6 +320,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--demos", type=int, default=100, help="scripted demonstrations per task (<= 200)")
+    p.add_argument("--image", type=int, default=IMAGE,
+                   help="camera images are this many pixels square (collection; the policy takes the dataset's size)")
     p.add_argument("--minutes", type=float, default=15.0,
                    help="training wall-clock per method (<= 15); with --budget steps only a cap")
     p.add_argument("--budget", choices=("minutes", "steps"), default="steps",
@@ -365,14 +368,15 @@ def main() -> None:
         a.ours = OURS_OVERRIDES + (["algo.bf16=true"] if native_bf16(torch.device("cpu")) else [])
     a.out.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {"settings": {"demos_per_task": a.demos, "train_minutes": a.minutes,
-                                         "eval_episodes": a.episodes, "cameras": list(CAMERAS), "image": IMAGE,
+                                         "eval_episodes": a.episodes, "cameras": list(CAMERAS), "image": a.image,
                                          "visual_randomization": VISUAL_DR, "tasks": list(TASKS),
                                          "collect_overrides": COLLECT_OVERRIDES}}
     collect_record = a.data.parent / f"{a.data.name}_collect.json"  # beside the dataset, never inside it
     if not a.skip_collect:
         shutil.rmtree(a.data, ignore_errors=True)
         t = time.perf_counter()
-        record = {"collect": collect(a.data, a.demos, a.num_envs, a.seed), "collect_s": round(time.perf_counter() - t, 1)}
+        record = {"collect": collect(a.data, a.demos, a.num_envs, a.seed, a.image),
+                  "collect_s": round(time.perf_counter() - t, 1)}
         collect_record.write_text(json.dumps(record, indent=1))
     if collect_record.is_file():  # the record of the collection that made --data (this run's or an earlier one's)
         data.update(json.loads(collect_record.read_text()))
