@@ -450,3 +450,25 @@ def test_bf16_is_refused_where_the_hardware_would_emulate_it(monkeypatch):
     with pytest.raises(ValueError, match="no native bf16"):
         BC(_policy(), BCConfig(bf16=True))
     BC(_policy(), BCConfig(bf16=False))
+
+
+def test_state_noise_perturbs_the_normalised_state_in_training_only(monkeypatch):
+    pol = _policy(random_shift=0, state_noise=0.5)
+    seen: list[torch.Tensor] = []
+    encode = pol.model.encode
+    monkeypatch.setattr(pol.model, "encode", lambda images, tokens, state: seen.append(state) or
+                        encode(images, tokens, state))
+    batch = _batch(4096)
+    batch = {**batch, keys.ACTION_COL: batch[keys.ACTION_COL][:, :4]}
+    exact = (batch[keys.OBS_STATE] - torch.tensor(_stats()[keys.OBS_STATE]["mean"])) / torch.tensor(
+        _stats()[keys.OBS_STATE]["std"])
+    pol.train()
+    pol.loss(batch)
+    noise = seen[-1] - exact
+    assert noise.std().item() == pytest.approx(0.5, rel=0.03)  # 24,576 draws: the std is within ~1 %
+    assert noise.mean().abs().item() < 0.02
+    pol.eval()
+    pol.loss(batch)
+    torch.testing.assert_close(seen[-1], exact, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="state_noise"):
+        _tiny_cfg(state_noise=-0.1)

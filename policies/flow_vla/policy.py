@@ -176,6 +176,8 @@ class FlowVLAPolicy(Policy):
         if len(tasks) != n:
             raise ValueError(f"{keys.TASK!r} holds {len(tasks)} instructions for {n} frames")
         state = self.processor(tensors)[keys.OBS_STATE].float()
+        if augment and self.cfg.state_noise > 0:
+            state = state + self.cfg.state_noise * torch.randn_like(state)
         images = {}
         for cam in self.cfg.cameras:
             img = to_unit_range(tensors[keys.lerobot_image_key(cam)])
