@@ -13,7 +13,16 @@ import torch
 from policies import ActionQueue, FlowVLAConfig, FlowVLAPolicy, keys, load_policy
 from policies.flow_vla import CONDITION_KEY
 from policies.flow_vla.config import RELATIVE_STATS_KEY
-from policies.flow_vla.encoders import PAD_ID, UNK_ID, ImageEncoder, SpatialSoftmax, build_vocab, tokenize, word_index
+from policies.flow_vla.encoders import (
+    PAD_ID,
+    UNK_ID,
+    ImageEncoder,
+    SpatialSoftmax,
+    build_vocab,
+    color_jitter,
+    tokenize,
+    word_index,
+)
 from policies.flow_vla.flow import (
     euler_integrate,
     euler_times,
@@ -472,3 +481,32 @@ def test_state_noise_perturbs_the_normalised_state_in_training_only(monkeypatch)
     torch.testing.assert_close(seen[-1], exact, atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="state_noise"):
         _tiny_cfg(state_noise=-0.1)
+
+
+def test_color_jitter_by_hand_and_only_in_training():
+    img = torch.tensor([[[0.2, 0.6]], [[0.4, 0.4]], [[0.0, 1.0]]]).unsqueeze(0) * 2 - 1  # [1, 3, 1, 2], from [0, 1]
+    assert torch.equal(color_jitter(img, 0.0), img)
+    out = color_jitter(img, 0.2, torch.Generator().manual_seed(5))
+    g = torch.Generator().manual_seed(5)
+    b, s, c = (1 + 0.2 * (2 * torch.rand(1, generator=g).item() - 1) for _ in range(3))
+    gains = 1 + 0.1 * (2 * torch.rand(3, generator=g) - 1)
+    x = [[0.2 * b, 0.6 * b], [0.4 * b, 0.4 * b], [0.0, 1.0 * b]]  # channel, pixel after brightness
+    lum = [0.299 * x[0][j] + 0.587 * x[1][j] + 0.114 * x[2][j] for j in range(2)]
+    m = sum(lum) / 2
+    want = torch.tensor([[[min(1.0, max(0.0, gains[ch].item() * (m + c * (lum[j] + s * (x[ch][j] - lum[j]) - m))))
+                           for j in range(2)]] for ch in range(3)]).unsqueeze(0) * 2 - 1
+    torch.testing.assert_close(out, want)
+    grey = torch.full((64, 3, 4, 4), 0.0)  # mid-grey: saturation and contrast leave it, brightness and gains move it
+    moved = (color_jitter(grey, 0.3) + 1) / 2
+    assert moved.min() >= 0.5 * 0.7 * 0.85 - 1e-6 and moved.max() <= 0.5 * 1.3 * 1.15 + 1e-6
+    assert moved.std(dim=0).mean() > 0.02  # drawn per image
+    assert torch.allclose(moved, moved[:, :, :1, :1].expand_as(moved))  # one gain per channel: geometry untouched
+
+    pol = _policy(random_shift=0, color_jitter=0.3)
+    batch = _batch(8)
+    pol.eval()
+    torch.testing.assert_close(pol._encode(batch), pol._encode(batch))
+    pol.train()
+    assert not torch.allclose(pol._encode(batch, augment=True), pol._encode(batch, augment=True))
+    with pytest.raises(ValueError, match="color_jitter"):
+        _tiny_cfg(color_jitter=1.0)

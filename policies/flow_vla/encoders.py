@@ -157,3 +157,31 @@ def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | No
     cols = torch.arange(w, device=images.device)[None, :] + shift[:, 0:1]  # [B, W]
     idx = torch.arange(b, device=images.device)[:, None, None]
     return padded.permute(0, 2, 3, 1)[idx, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
+
+
+def color_jitter(images: torch.Tensor, strength: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Photometric augmentation of images [B, 3, H, W] in [-1, 1], drawn per image, geometry untouched:
+
+        y = clip(g ⊙ (m + c·(s·(b·x − l) + l − m)), 0, 1) on x in [0, 1], back to [-1, 1],
+
+    with brightness b, saturation s and contrast c each ~ U[1 − strength, 1 + strength], per-channel gains
+    g ~ U[1 − strength/2, 1 + strength/2], l the pixel's luminance (0.299 R + 0.587 G + 0.114 B) of b·x and m the
+    image's mean luminance of that. The kind of change lighting and surface colours make (what the simulator's
+    visual randomization varies, and a real camera's exposure and white balance), applied afresh to every training
+    sample so the encoder sees many looks of each demonstration frame. ``strength`` 0: the images as they are."""
+    if strength <= 0:
+        return images
+    b = images.shape[0]
+
+    def u(*shape: int) -> torch.Tensor:
+        r = torch.rand(*shape, generator=generator, device=images.device)
+        return 1.0 + strength * (2.0 * r - 1.0)
+
+    x = (images + 1.0) * 0.5 * u(b, 1, 1, 1)
+    weights = torch.tensor([0.299, 0.587, 0.114], device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
+    lum = (x * weights).sum(dim=1, keepdim=True)  # [B, 1, H, W]
+    x = lum + u(b, 1, 1, 1) * (x - lum)  # saturation
+    mean = lum.mean(dim=(2, 3), keepdim=True)
+    x = mean + u(b, 1, 1, 1) * (x - mean)  # contrast
+    gains = 1.0 + 0.5 * strength * (2.0 * torch.rand(b, 3, 1, 1, generator=generator, device=images.device) - 1.0)
+    return (x * gains).clamp(0.0, 1.0) * 2.0 - 1.0

@@ -25,7 +25,15 @@ import torch
 from policies import keys
 from policies.base import Policy
 from policies.flow_vla.config import CONDITION_KEY, RELATIVE_STATS_KEY, FlowVLAConfig, task_key
-from policies.flow_vla.encoders import build_vocab, random_shift, split_words, to_unit_range, tokenize, word_index
+from policies.flow_vla.encoders import (
+    build_vocab,
+    color_jitter,
+    random_shift,
+    split_words,
+    to_unit_range,
+    tokenize,
+    word_index,
+)
 from policies.flow_vla.flow import (
     euler_integrate,
     euler_times,
@@ -181,7 +189,8 @@ class FlowVLAPolicy(Policy):
         images = {}
         for cam in self.cfg.cameras:
             img = to_unit_range(tensors[keys.lerobot_image_key(cam)])
-            images[cam] = random_shift(img, self.cfg.random_shift) if augment else img
+            images[cam] = color_jitter(random_shift(img, self.cfg.random_shift), self.cfg.color_jitter) if augment \
+                else img
         tokens = tokenize(tasks, self._word_ids, self.cfg.max_words).to(self.device)
         return self.model.encode(images, tokens, state)
 
