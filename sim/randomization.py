@@ -44,6 +44,9 @@ class RandomizationConfig:
     action_latency: list[int] = field(default_factory=lambda: [0, 0])  # control steps of delay, per env/episode
     obs_noise: float = 0.0  # std of Gaussian noise added to the ``policy`` observation group (critic stays clean)
     camera_pos_jitter: float = 0.0  # m, uniform offset in [-x, x] per axis of every camera's position
+    # m, the same for cameras mounted on a moving body (the wrist camera: its offset from the gripper, which a
+    # rigid mount keeps to a few mm on a real arm); None: camera_pos_jitter
+    mounted_camera_pos_jitter: float | None = None
     light_scale: list[float] = field(default_factory=_one)  # scale of every light's diffuse colour
     # scale of each geom's and each material's R, G and B, drawn per channel (materials carry the textures, so
     # textured surfaces are tinted): what a renderer sees, never the physics
@@ -55,8 +58,8 @@ class RandomizationConfig:
             lo_hi = getattr(self, name)
             if len(lo_hi) != 2 or lo_hi[0] > lo_hi[1] or lo_hi[0] < 0:
                 raise ValueError(f"randomization.{name} must be [low, high] with 0 <= low <= high, got {lo_hi}")
-        for name in ("com_offset", "obs_noise", "camera_pos_jitter"):
-            if getattr(self, name) < 0:
+        for name in ("com_offset", "obs_noise", "camera_pos_jitter", "mounted_camera_pos_jitter"):
+            if (getattr(self, name) or 0.0) < 0:
                 raise ValueError(f"randomization.{name} must be >= 0, got {getattr(self, name)}")
 
     @property
@@ -64,7 +67,8 @@ class RandomizationConfig:
         """True when any per-env model parameter is randomized."""
         ranges = (self.friction, self.mass, self.joint_damping, self.armature, self.actuator_gain, self.light_scale,
                   self.color_scale)
-        return any(lo != 1.0 or hi != 1.0 for lo, hi in ranges) or self.com_offset > 0 or self.camera_pos_jitter > 0
+        return (any(lo != 1.0 or hi != 1.0 for lo, hi in ranges) or self.com_offset > 0 or self.camera_pos_jitter > 0
+                or (self.mounted_camera_pos_jitter or 0.0) > 0)
 
     @property
     def max_latency(self) -> int:
@@ -92,6 +96,7 @@ class ModelRandomizer:
             & (nominal.actuator_biastype == mujoco.mjtBias.mjBIAS_AFFINE)
             & np.isclose(nominal.actuator_biasprm[:, 1], -nominal.actuator_gainprm[:, 0]))
         self.movable_bodies = np.arange(1, nominal.nbody)  # not the world
+        self.fixed_cameras = nominal.cam_bodyid == 0  # on the world body; the others ride on a moving body
         # MuJoCo's renderer colours a geom with a material by the material's rgba unless the geom's own rgba differs
         # from the default (0.5, 0.5, 0.5, 1): scaling that default turns it into an override that paints the geom
         # grey (every textured or material-coloured surface went grey and dark). Those geoms are tinted through their
@@ -125,8 +130,11 @@ class ModelRandomizer:
         out["actuator_gainprm"][:, pa, 0] *= gain[:, None]
         out["actuator_biasprm"][:, pa, 1] *= gain[:, None]
         ncam = len(nom["cam_pos"])
-        if cfg.camera_pos_jitter > 0 and ncam:
-            out["cam_pos"] += u([-cfg.camera_pos_jitter, cfg.camera_pos_jitter], num, ncam, 3)
+        fixed = cfg.camera_pos_jitter
+        mounted = fixed if cfg.mounted_camera_pos_jitter is None else cfg.mounted_camera_pos_jitter
+        if max(fixed, mounted) > 0 and ncam:
+            half = np.where(self.fixed_cameras, fixed, mounted)[None, :, None]  # [1, ncam, 1] m
+            out["cam_pos"] += u([-1.0, 1.0], num, ncam, 3) * half
         out["light_diffuse"] = np.clip(out["light_diffuse"] * u(cfg.light_scale, num)[:, None, None], 0.0, 1.0)
         for f in self.RENDER_ONLY:
             if list(cfg.color_scale) != [1.0, 1.0] and len(nom[f]):

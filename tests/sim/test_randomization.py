@@ -191,3 +191,30 @@ def test_mass_randomization_keeps_the_simulation_stable():
 def test_bad_ranges_are_refused(bad):
     with pytest.raises(ValueError, match="randomization"):
         RandomizationConfig(**bad)
+
+
+def test_cameras_on_a_moving_body_take_their_own_jitter():
+    """The wrist camera (on the gripper) moves by ``mounted_camera_pos_jitter``, the world-fixed ones by
+    ``camera_pos_jitter``; the other draws do not change with it."""
+    def drawn(**dr):
+        env = _env(seed=3, n=8, camera_pos_jitter=0.01, light_scale=[0.6, 1.0], **dr)
+        env.reset(seed=3)
+        return (np.stack([m.cam_pos for m in env.physics._models]) - env.physics.model.cam_pos,
+                np.stack([m.light_diffuse for m in env.physics._models]))
+
+    model = _env().physics.model
+    wrist = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, "wrist")
+    front = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, "front")
+    assert model.cam_bodyid[front] == 0 and model.cam_bodyid[wrist] != 0
+    both, light = drawn()
+    fixed_only, light_fixed = drawn(mounted_camera_pos_jitter=0.0)
+    small, _ = drawn(mounted_camera_pos_jitter=0.002)
+    for off, half in ((both, 0.01), (fixed_only, 0.0), (small, 0.002)):
+        assert np.abs(off[:, wrist]).max() <= half + 1e-12
+        assert np.abs(off[:, front]).max() <= 0.01 + 1e-12 and np.abs(off[:, front]).max() > 0.005
+    assert np.abs(both[:, wrist]).max() > 0.005 and np.abs(small[:, wrist]).max() > 0.001
+    np.testing.assert_allclose(fixed_only[:, front], both[:, front], atol=1e-15)  # same draws, same front offsets
+    np.testing.assert_allclose(small[:, wrist], both[:, wrist] * 0.2, atol=1e-15)
+    np.testing.assert_array_equal(light_fixed, light)
+    with pytest.raises(ValueError, match="mounted_camera_pos_jitter"):
+        RandomizationConfig(mounted_camera_pos_jitter=-0.01)
