@@ -55,7 +55,8 @@ class FlowVLAConfig:
     # Photometric augmentation in training (brightness, contrast, saturation, per-channel gains, each up to this
     # fraction; ``encoders.color_jitter``), 0: off. Off by default: on so101_lift alone under vla_bc's visual DR
     # (3,000 steps, 40 validation episodes) 0.3 gave 0.58 / 0.60 at 4 / 8 executed steps vs 0.40 / 0.63 without, and
-    # did worse on the nominal look (vla_bc.json, "visual_dr_single_task_lift_2026_12_03"). For real-camera data
+    # did worse on the nominal look; with the wrist camera on its mount, 0.38 / 0.40 vs 0.63 / 0.70 at 1,500 steps
+    # (vla_bc.json, "visual_dr_single_task_lift_2026_12_03"). For real-camera data
     # (exposure, white balance) it is the usual remedy.
     color_jitter: float = 0.0
     # Std of Gaussian noise added to the normalised state in training (0: off), so the expert cannot copy the
