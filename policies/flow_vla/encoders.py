@@ -173,15 +173,14 @@ def color_jitter(images: torch.Tensor, strength: float, generator: torch.Generat
         return images
     b = images.shape[0]
 
-    def u(*shape: int) -> torch.Tensor:
-        r = torch.rand(*shape, generator=generator, device=images.device)
-        return 1.0 + strength * (2.0 * r - 1.0)
+    def u(half_width: float, channels: int = 1) -> torch.Tensor:  # U[1 - half_width, 1 + half_width], [B, C, 1, 1]
+        r = torch.rand(b, channels, 1, 1, generator=generator, device=images.device)
+        return 1.0 + half_width * (2.0 * r - 1.0)
 
-    x = (images + 1.0) * 0.5 * u(b, 1, 1, 1)
+    x = (images + 1.0) * 0.5 * u(strength)  # brightness
     weights = torch.tensor([0.299, 0.587, 0.114], device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
     lum = (x * weights).sum(dim=1, keepdim=True)  # [B, 1, H, W]
-    x = lum + u(b, 1, 1, 1) * (x - lum)  # saturation
+    x = lum + u(strength) * (x - lum)  # saturation
     mean = lum.mean(dim=(2, 3), keepdim=True)
-    x = mean + u(b, 1, 1, 1) * (x - mean)  # contrast
-    gains = 1.0 + 0.5 * strength * (2.0 * torch.rand(b, 3, 1, 1, generator=generator, device=images.device) - 1.0)
-    return (x * gains).clamp(0.0, 1.0) * 2.0 - 1.0
+    x = mean + u(strength) * (x - mean)  # contrast
+    return (x * u(0.5 * strength, 3)).clamp(0.0, 1.0) * 2.0 - 1.0  # per-channel gains
