@@ -431,3 +431,60 @@ def test_a_bad_collect_config_exits_2(tmp_path, capsys, args, message):
     err = capsys.readouterr().err.strip()
     assert err.startswith("robot-rl collect: error:") and message in err and "Traceback" not in err, err
     assert not (tmp_path / "ds").exists()
+
+
+# ------------------------------------------------------------------------------------------------------- DART
+class _ActionLog:
+    """A stand-in recorder (named as such) that keeps the ``action`` each step hands it and ends env 0's episode
+    at the sixth step; nothing is written."""
+
+    def __init__(self) -> None:
+        self.actions: list[torch.Tensor] = []
+
+    def add(self, frames, action, reward, success, done, **kwargs) -> list:
+        self.actions.append(action.clone())
+        return [rec.WrittenEpisode(index=0, env=0, length=6, success=False)] if len(self.actions) == 6 else []
+
+
+def test_dart_sends_the_disturbed_action_and_records_the_experts_own():
+    """With ``disturbance``, the arm joints are sent with noise held for ``disturbance_steps``, the gripper is not,
+    and what ``record`` writes as the action is the undisturbed expert's command for the same observation."""
+    from robot_rl.cli.collect import CollectCommand, ExpertActor, record
+    from sim.config import SimConfig
+    from sim.experts import make_expert
+    from sim.lerobot_view import LeRobotView
+    from sim.registry import make_env, task_config
+
+    class Labels(ExpertActor):
+        def __call__(self, frames):
+            out = super().__call__(frames)
+            self.labels.append(self.label.clone())
+            return out
+
+    with make_env("so101_reach", SimConfig(num_envs=2, num_threads=1), task_config("so101_reach", {})) as env:
+        view = LeRobotView(env, cameras=(), image_size=(32, 32))
+        view.reset(seed=1)
+        reference = make_expert(env)  # a second expert in the same state: the undisturbed command
+        actor = ExpertActor(view, make_expert(env), disturbance=0.5, disturbance_steps=3, seed=0)
+        diffs, draws = [], []
+        for _ in range(4):
+            clean = view.to_target(reference.act(view.env_obs))
+            sent, _, who = actor(None)
+            assert who == keys.ACTOR_HUMAN and torch.equal(actor.label, clean)
+            diffs.append(sent - clean)
+            draws.append(actor._noise.clone())
+            view.step(sent)
+        diff = torch.stack(diffs)  # [4 steps, N, 6] degrees
+        # every step moves some arm joint off the expert's command (not all: an action already at the per-step cap
+        # stays there when the noise pushes it further), never the gripper
+        assert (diff[:, :, :5].abs() > 1e-3).flatten(1).any(dim=1).all() and (diff[:, :, 5] == 0).all()
+        assert torch.equal(draws[0], draws[1]) and torch.equal(draws[0], draws[2])  # held 3 steps ...
+        assert not torch.equal(draws[2], draws[3])  # ... then drawn again
+        log, labelled = _ActionLog(), Labels(view, make_expert(env), disturbance=0.5, seed=0)
+        labelled.labels = []
+        record(view, labelled, log, 1, seed=1)
+        assert len(log.actions) == 6 and all(torch.equal(a, b) for a, b in zip(log.actions, labelled.labels))
+    with pytest.raises(ValueError, match="disturbance"):
+        ExpertActor(view, reference, disturbance=-0.1)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        CollectCommand(policy="runs/x", disturbance=0.2)

@@ -51,6 +51,10 @@ class CollectCommand:
     torch_threads: int = 1  # torch intra-op threads (the simulator has its own, sim.num_threads)
     progress: bool = True  # tqdm bar on stderr
     env_state: bool = False  # also record the env's own observation and action (observation.environment_state ...)
+    # DART: noise of this std (normalised action units) on the scripted expert's arm joints as sent, each draw held
+    # disturbance_steps control steps; the recorded action stays the expert's undisturbed command (ExpertActor)
+    disturbance: float = 0.0
+    disturbance_steps: int = 1
     dataset: RecorderConfig = field(default_factory=RecorderConfig)
     task: Any = None
     sim: Any = None
@@ -62,6 +66,12 @@ class CollectCommand:
             raise ValueError(f"quality must lie in [0, 1], got {self.quality}")
         if self.torch_threads < 1:
             raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
+        if self.disturbance < 0 or self.disturbance_steps < 1:
+            raise ValueError(f"disturbance must be >= 0 and disturbance_steps >= 1, got {self.disturbance} and "
+                             f"{self.disturbance_steps}")
+        if self.disturbance > 0 and self.policy is not None:
+            raise ValueError("disturbance applies to the scripted expert's demonstrations; it cannot be combined "
+                             "with policy=")
 
 
 @dataclass
@@ -88,16 +98,43 @@ Actor = Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor | None, int]
 class ExpertActor:
     """The scripted expert through the view: it reads the inner env's observation; the joint targets its action
     commands are sent. It plays the human: ``actor`` is human, so ``intervention`` is set (``actor != policy``), and
-    ``policy_action`` equals the action."""
+    ``policy_action`` equals the action.
 
-    def __init__(self, view: Any, expert: Any) -> None:
+    ``disturbance`` > 0 collects the DART way (Laskey et al., "DART: Noise Injection for Robust Imitation Learning",
+    CoRL 2017): Gaussian noise of that std (normalised action units; 1 = the per-step cap) is added to the arm
+    joints' action before it is sent, each draw held for ``disturbance_steps`` control steps, while ``label`` keeps
+    what the undisturbed expert commanded, which ``record`` writes as the ``action``. The demonstrations then visit
+    the states a learner's own errors lead to and show the way back from them. The gripper is never disturbed.
+    """
+
+    def __init__(self, view: Any, expert: Any, disturbance: float = 0.0, disturbance_steps: int = 1,
+                 seed: int = 0) -> None:
+        if disturbance < 0 or disturbance_steps < 1:
+            raise ValueError(f"disturbance must be >= 0 and disturbance_steps >= 1, got {disturbance} and "
+                             f"{disturbance_steps}")
         self.view, self.expert = view, expert
+        self.disturbance, self.disturbance_steps = float(disturbance), int(disturbance_steps)
+        self.label: torch.Tensor | None = None  # degrees [N, 6]: the undisturbed command of the last call
+        self._gen = torch.Generator().manual_seed(seed)
+        self._noise = torch.zeros(view.num_envs, 6)
+        self._age = torch.full((view.num_envs,), self.disturbance_steps)  # steps each env's draw has been held
 
     def __call__(self, frames: dict[str, Any]) -> tuple[torch.Tensor, None, int]:
-        return self.view.to_target(self.expert.act(self.view.env_obs)), None, keys.ACTOR_HUMAN
+        action = self.expert.act(self.view.env_obs)
+        if self.disturbance == 0.0:
+            return self.view.to_target(action), None, keys.ACTOR_HUMAN
+        self.label = self.view.to_target(action)
+        fresh = self._age >= self.disturbance_steps
+        draws = torch.randn(int(fresh.sum()), 5, generator=self._gen) * self.disturbance
+        self._noise[fresh, :5], self._age[fresh] = draws, 0
+        self._age += 1
+        noisy = (action + self._noise.to(action.device)).clamp(-1.0, 1.0)
+        return self.view.to_target(noisy), None, keys.ACTOR_HUMAN  # the view applies the last to_target's rows
 
     def reset(self, env_ids: torch.Tensor | None) -> None:
         self.expert.reset(env_ids)
+        ids = slice(None) if env_ids is None else env_ids.cpu()
+        self._noise[ids], self._age[ids] = 0.0, self.disturbance_steps
 
 
 class PolicyActor:
@@ -205,7 +242,8 @@ def record(view: Any, actor: Any, recorder: Any, episodes: int, seed: int, bar: 
         done = terminated | truncated
         extras = {} if env_state is None else {"extras": {  # the default call is as before env_state existed
             **{col: env_obs[g] for col, g in env_state.items()}, keys.ENV_ACTION_COL: info[keys.APPLIED_ACTION]}}
-        for ep in recorder.add(frames, info[keys.ACTION_COL], reward, info[keys.SUCCESS], done, actor=who,
+        label = getattr(actor, "label", None)  # DART (ExpertActor.disturbance): the undisturbed command
+        for ep in recorder.add(frames, info[keys.ACTION_COL] if label is None else label, reward, info[keys.SUCCESS], done, actor=who,
                                policy_action=proposal, record=keep, **extras):
             written[ep.env] += 1
             successes += int(ep.success)
@@ -258,7 +296,8 @@ def collect(cfg: Any) -> Collected:
         vectors = {} if env_state is None else {
             **{col: env.obs_spec.shapes[g][0] for col, g in env_state.items()}, keys.ENV_ACTION_COL: env.action_dim}
         spec = DatasetSpec(fps, tuple(LEROBOT_STATE_NAMES), {cam: size for cam in cameras}, vectors=vectors)
-        actor = ExpertActor(view, make_expert(env, quality=c.quality, seed=c.seed)) if policy is None else \
+        actor = ExpertActor(view, make_expert(env, quality=c.quality, seed=c.seed), c.disturbance,
+                            c.disturbance_steps, c.seed) if policy is None else \
             PolicyActor(view, policy)
         recorder = EpisodeRecorder(c.dataset, spec, env.num_envs, env.max_episode_length)
         bar = tqdm(total=c.episodes, unit="ep", desc="collect", disable=not c.progress, file=sys.stderr)
