@@ -334,7 +334,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
 # ------------------------------------------------------------------------------------------------------ main
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--demos", type=int, default=100, help="scripted demonstrations per task (<= 200)")
+    # 200 (the maximum) since 2026-12-03: at 8,000 steps, 0.70 / 0.93 / 0.69 / 0.74 vs 0.65 / 0.92 / 0.61 /
+    # 0.62 with 100 (vla_bc.json, history -> previous_pass_2026_12_03_100_demos); at 3,800 steps 200 did worse
+    # (demos_200_trial: half the passes over each demonstration)
+    p.add_argument("--demos", type=int, default=200, help="scripted demonstrations per task (<= 200)")
     p.add_argument("--mounted-camera-jitter", default="0",
                    help="m, per axis, of the wrist camera's position on its mount ('same': the front camera's, "
                         "VISUAL_DR's 1 cm, as the passes before 2026-12-03 evening)")
