@@ -1,0 +1,102 @@
+"""How a trained VLA fails so101_reach: per episode, the closest and the last tool-to-target distance, the tool's
+last position and the shoulder pan's course, read from the simulator (diagnosis only; the policy sees what
+``benchmarks/vla_bc.py`` shows it: cameras, joints, instruction, under the same visual DR and seeds).
+
+    python benchmarks/vla_reach_failures.py --policy RUN/checkpoints/iter_XXXXXXXX/policy --executed-steps 4
+
+Prints a summary and writes ``--out`` (JSON: every episode, and the pan course of the first ``--traces`` envs'
+first episodes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) -> dict[str, Any]:
+    from benchmarks.vla_bc import _env
+    from policies import ActionQueue, keys
+    from robot_rl.cli.build import policy_view
+    from robot_rl.env import episode_mask
+    from robot_rl.evaluation import _ask_images_for_due, _episodes_ended
+
+    rows: list[dict[str, Any]] = []
+    pan_traces: list[list[float]] = [[] for _ in range(traces)]
+    with torch.no_grad(), _env("so101_reach", num_envs, seed) as env:
+        view, task = policy_view(env, policy), env.task
+        act = ActionQueue(policy, num_envs, view.action_dim, deterministic=True)
+        obs, _ = view.reset(seed=seed)
+        target = task.target.cpu().clone()
+        closest = torch.full((num_envs,), float("inf"))
+        last, tool = torch.zeros(num_envs), torch.zeros(num_envs, 3)
+        first_episode = torch.ones(num_envs, dtype=torch.bool)
+        while len(rows) < episodes:
+            action = act(obs).to(env.device)
+            _ask_images_for_due(view, act)
+            obs, _, terminated, truncated, info = view.step(action)
+            done = episode_mask(terminated, truncated).cpu()
+            state = env.physics.state
+            ee = state.sensor("ee_pos").float().cpu()
+            pan = torch.rad2deg(task.arm.qpos(state.qpos)[:, 0]).cpu()
+            for i in range(num_envs):
+                if done[i]:  # the state is the next episode's already: this episode's last step was the one before
+                    rows.append({"success": bool(info[keys.EPISODE][keys.EP_SUCCESS][i]), "closest_m": round(float(closest[i]), 4),
+                                 "last_m": round(float(last[i]), 4), "target": [round(float(x), 3) for x in target[i]],
+                                 "tool_last": [round(float(x), 3) for x in tool[i]]})
+                    closest[i], first_episode[i] = float("inf"), False
+                else:
+                    d = float(torch.linalg.norm(ee[i] - target[i]))
+                    closest[i], last[i], tool[i] = min(float(closest[i]), d), d, ee[i]
+                    if i < traces and first_episode[i]:
+                        pan_traces[i].append(round(float(pan[i]), 1))
+            target[done] = task.target.cpu()[done]
+            _episodes_ended(act, done)
+    rows = rows[:episodes]
+    fails = [r for r in rows if not r["success"]]
+    far = [r for r in fails if r["last_m"] > 0.10]
+    return {
+        "episodes": len(rows), "success": sum(r["success"] for r in rows) / len(rows),
+        "failures": len(fails),
+        "failures_closest_m_median": statistics.median(r["closest_m"] for r in fails) if fails else None,
+        "failures_came_within_5cm": sum(r["closest_m"] < 0.05 for r in fails),
+        "failures_ending_over_10cm_away": len(far),
+        "far_failures_tool_last_abs_y_median": statistics.median(abs(r["tool_last"][1]) for r in far) if far else None,
+        "pan_deg_first_episodes": pan_traces, "per_episode": rows,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", type=Path, required=True, help="an exported flow-VLA policy folder")
+    p.add_argument("--executed-steps", type=int, default=None, help="actions executed per chunk (default: the policy's)")
+    p.add_argument("--episodes", type=int, default=100)
+    p.add_argument("--num-envs", type=int, default=10)
+    p.add_argument("--seed", type=int, default=777_000, help="vla_bc.py's evaluation seed")
+    p.add_argument("--traces", type=int, default=10, help="envs whose first episode's pan course is kept")
+    p.add_argument("--out", type=Path, default=Path("/tmp/vla_reach_failures.json"))
+    a = p.parse_args()
+    from policies import load_policy
+    from policies.execution import set_executed_steps
+
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    torch.set_num_threads(2)
+    policy = load_policy(a.policy).eval()
+    if a.executed_steps:
+        set_executed_steps(policy, a.executed_steps)
+    r = diagnose(policy, a.episodes, a.num_envs, a.seed, a.traces)
+    a.out.write_text(json.dumps({"policy": str(a.policy), "executed_steps": a.executed_steps, **r}, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in r.items() if k not in ("per_episode", "pan_deg_first_episodes")}))
+
+
+if __name__ == "__main__":
+    main()
