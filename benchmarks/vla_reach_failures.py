@@ -40,7 +40,9 @@ def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) 
         closest = torch.full((num_envs,), float("inf"))
         last, tool = torch.zeros(num_envs), torch.zeros(num_envs, 3)
         first_episode = torch.ones(num_envs, dtype=torch.bool)
-        while len(rows) < episodes:
+        quota = episodes // num_envs  # each env's first episodes, as robot_rl.evaluation.evaluate counts them
+        taken = torch.zeros(num_envs, dtype=torch.long)
+        while bool((taken < quota).any()):
             action = act(obs).to(env.device)
             _ask_images_for_due(view, act)
             obs, _, terminated, truncated, info = view.step(action)
@@ -50,6 +52,9 @@ def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) 
             pan = torch.rad2deg(task.arm.qpos(state.qpos)[:, 0]).cpu()
             for i in range(num_envs):
                 if done[i]:  # the state is the next episode's already: this episode's last step was the one before
+                    if taken[i] >= quota:
+                        continue
+                    taken[i] += 1
                     rows.append({"success": bool(info[keys.EPISODE][keys.EP_SUCCESS][i]), "closest_m": round(float(closest[i]), 4),
                                  "last_m": round(float(last[i]), 4), "target": [round(float(x), 3) for x in target[i]],
                                  "tool_last": [round(float(x), 3) for x in tool[i]]})
@@ -61,7 +66,6 @@ def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) 
                         pan_traces[i].append(round(float(pan[i]), 1))
             target[done] = task.target.cpu()[done]
             _episodes_ended(act, done)
-    rows = rows[:episodes]
     fails = [r for r in rows if not r["success"]]
     far = [r for r in fails if r["last_m"] > 0.10]
     return {
@@ -79,7 +83,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", type=Path, required=True, help="an exported flow-VLA policy folder")
     p.add_argument("--executed-steps", type=int, default=None, help="actions executed per chunk (default: the policy's)")
-    p.add_argument("--episodes", type=int, default=100)
+    p.add_argument("--episodes", type=int, default=100, help="a multiple of --num-envs")
     p.add_argument("--num-envs", type=int, default=10)
     p.add_argument("--seed", type=int, default=777_000, help="vla_bc.py's evaluation seed")
     p.add_argument("--traces", type=int, default=10, help="envs whose first episode's pan course is kept")
