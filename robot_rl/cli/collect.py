@@ -11,8 +11,9 @@ view is stepped with what that action commands, ``view.to_target(action)``. A po
 ``ActionQueue``: on the frames when it reads LeRobot frames (its inputs name ``observation.state``; its actions are
 then degree targets), else on the inner env's observation (its actions are the env's, converted with
 ``view.to_target``). The recorded ``action`` is what the view really commanded (``info["action"]``, clipped to the
-per-step cap and the joint limits, RELIABILITY.md A2); ``policy_action`` is the policy's own proposal (the expert:
-equal to the action). With ``env_state=true`` each frame also holds what a state-based learner needs
+per-step cap and the joint limits, RELIABILITY.md A2), except under ``disturbance`` (DART, ``ExpertActor``), where
+it is the expert's undisturbed command; ``policy_action`` is the policy's own proposal (the expert: equal to the
+action). With ``env_state=true`` each frame also holds what a state-based learner needs
 (``robot_rl.data.demo_buffer``): LeRobot's ``observation.environment_state`` = the inner env's ``policy`` observation
 at that frame, ``env_critic_state`` = its ``critic`` observation (where the task has one) and ``env_action`` = the
 action the inner env applied (its own space, in [-1, 1]); the default layout is LeRobot's frame alone. Each env records its share of the episodes, its first ones, so short (often successful)
