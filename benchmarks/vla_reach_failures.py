@@ -1,4 +1,5 @@
-"""How a trained VLA fails so101_reach: per episode, the closest and the last tool-to-target distance, the tool's
+"""How a trained VLA fails so101_reach (and, with ``--task so101_pick``, so101_pick: which cube rose, how close the
+grasp came to the named one). Reach, per episode: the closest and the last tool-to-target distance, the tool's
 last position and the shoulder pan's course, read from the simulator (diagnosis only; the policy sees what
 ``benchmarks/vla_bc.py`` shows it: cameras, joints, instruction, under the same visual DR and seeds).
 
@@ -79,10 +80,70 @@ def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) 
     }
 
 
+def diagnose_pick(policy: Any, episodes: int, num_envs: int, seed: int) -> dict[str, Any]:
+    """so101_pick's failures by kind, per episode: the highest the named cube and the other cubes rose (m above rest),
+    and the closest the grasp site came to the named cube."""
+    from benchmarks.vla_bc import _env
+    from policies import ActionQueue, keys
+    from robot_rl.cli.build import policy_view
+    from robot_rl.env import episode_mask
+    from robot_rl.evaluation import _ask_images_for_due, _episodes_ended
+    from sim.tasks.so101_pick import CUBE_HALF
+
+    rows: list[dict[str, Any]] = []
+    with torch.no_grad(), _env("so101_pick", num_envs, seed) as env:
+        view, task = policy_view(env, policy), env.task
+        act = ActionQueue(policy, num_envs, view.action_dim, deterministic=True)
+        obs, _ = view.reset(seed=seed)
+        named = task.target.cpu().clone()
+        rise_named, rise_other = torch.zeros(num_envs), torch.zeros(num_envs)
+        closest = torch.full((num_envs,), float("inf"))
+        quota, taken = episodes // num_envs, torch.zeros(num_envs, dtype=torch.long)
+        while bool((taken < quota).any()):
+            action = act(obs).to(env.device)
+            _ask_images_for_due(view, act)
+            obs, _, terminated, truncated, info = view.step(action)
+            done = episode_mask(terminated, truncated).cpu()
+            state = env.physics.state
+            cubes = task._stack(state, "_pos").cpu()  # [N, 3 cubes, 3]
+            rise = cubes[:, :, 2] - CUBE_HALF
+            grasp = state.sensor("grasp_pos").float().cpu()
+            for i in range(num_envs):
+                if done[i]:
+                    if taken[i] < quota:
+                        taken[i] += 1
+                        rows.append({"success": bool(info[keys.EPISODE][keys.EP_SUCCESS][i]),
+                                     "named_rise_m": round(float(rise_named[i]), 4),
+                                     "other_rise_m": round(float(rise_other[i]), 4),
+                                     "closest_to_named_m": round(float(closest[i]), 4)})
+                    rise_named[i], rise_other[i], closest[i] = 0.0, 0.0, float("inf")
+                else:
+                    n = int(named[i])
+                    rise_named[i] = max(float(rise_named[i]), float(rise[i, n]))
+                    others = [float(rise[i, c]) for c in range(rise.shape[1]) if c != n]
+                    rise_other[i] = max(float(rise_other[i]), *others)
+                    closest[i] = min(float(closest[i]), float(torch.linalg.norm(grasp[i] - cubes[i, n])))
+            named[done] = task.target.cpu()[done]
+            _episodes_ended(act, done)
+    fails = [r for r in rows if not r["success"]]
+    lifted = 0.02  # m: a cube this far above its rest was picked up (success needs 0.05 and both pads)
+    kinds = {
+        "other_cube_lifted": sum(r["other_rise_m"] > lifted for r in fails),
+        "named_cube_lifted_not_enough_or_dropped": sum(r["other_rise_m"] <= lifted < r["named_rise_m"] for r in fails),
+        "reached_named_within_2cm_never_lifted": sum(r["other_rise_m"] <= lifted and r["named_rise_m"] <= lifted
+                                                     and r["closest_to_named_m"] < 0.02 for r in fails),
+        "never_within_2cm_of_named": sum(r["other_rise_m"] <= lifted and r["named_rise_m"] <= lifted
+                                         and r["closest_to_named_m"] >= 0.02 for r in fails),
+    }
+    return {"episodes": len(rows), "success": sum(r["success"] for r in rows) / len(rows), "failures": len(fails),
+            "failure_kinds": kinds, "per_episode": rows}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", type=Path, required=True, help="an exported flow-VLA policy folder")
     p.add_argument("--executed-steps", type=int, default=None, help="actions executed per chunk (default: the policy's)")
+    p.add_argument("--task", choices=("so101_reach", "so101_pick"), default="so101_reach")
     p.add_argument("--episodes", type=int, default=100, help="a multiple of --num-envs")
     p.add_argument("--num-envs", type=int, default=10)
     p.add_argument("--seed", type=int, default=777_000, help="vla_bc.py's evaluation seed")
@@ -97,7 +158,8 @@ def main() -> None:
     policy = load_policy(a.policy).eval()
     if a.executed_steps:
         set_executed_steps(policy, a.executed_steps)
-    r = diagnose(policy, a.episodes, a.num_envs, a.seed, a.traces)
+    r = (diagnose(policy, a.episodes, a.num_envs, a.seed, a.traces) if a.task == "so101_reach"
+         else diagnose_pick(policy, a.episodes, a.num_envs, a.seed))
     a.out.write_text(json.dumps({"policy": str(a.policy), "executed_steps": a.executed_steps, **r}, indent=2) + "\n")
     print(json.dumps({k: v for k, v in r.items() if k not in ("per_episode", "pan_deg_first_episodes")}))
 
