@@ -16,6 +16,7 @@ import json
 import os
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,49 +25,63 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) -> dict[str, Any]:
+def _rollout(policy: Any, task_name: str, episodes: int, num_envs: int, seed: int) -> Iterator[Any]:
+    """Steps ``policy`` on vla_bc's env for ``task_name`` (its view, visual DR and seeding). Yields the env first,
+    then after every step ``(done, counted, success)``, bool [N] each: the envs whose episode the step ended (their
+    state is the next episode's already), those of them whose episode counts (each env's first
+    ``episodes // num_envs``, as ``robot_rl.evaluation.evaluate`` counts them) and which of those succeeded. Ends when
+    every env has its count."""
     from benchmarks.vla_bc import _env
     from policies import ActionQueue, keys
     from robot_rl.cli.build import policy_view
     from robot_rl.env import episode_mask
     from robot_rl.evaluation import _ask_images_for_due, _episodes_ended
 
-    rows: list[dict[str, Any]] = []
-    pan_traces: list[list[float]] = [[] for _ in range(traces)]
-    with torch.no_grad(), _env("so101_reach", num_envs, seed) as env:
-        view, task = policy_view(env, policy), env.task
+    with torch.no_grad(), _env(task_name, num_envs, seed) as env:
+        view = policy_view(env, policy)
         act = ActionQueue(policy, num_envs, view.action_dim, deterministic=True)
         obs, _ = view.reset(seed=seed)
-        target = task.target.cpu().clone()
-        closest = torch.full((num_envs,), float("inf"))
-        last, tool = torch.zeros(num_envs), torch.zeros(num_envs, 3)
-        first_episode = torch.ones(num_envs, dtype=torch.bool)
-        quota = episodes // num_envs  # each env's first episodes, as robot_rl.evaluation.evaluate counts them
-        taken = torch.zeros(num_envs, dtype=torch.long)
+        yield env
+        quota, taken = episodes // num_envs, torch.zeros(num_envs, dtype=torch.long)
         while bool((taken < quota).any()):
             action = act(obs).to(env.device)
             _ask_images_for_due(view, act)
             obs, _, terminated, truncated, info = view.step(action)
             done = episode_mask(terminated, truncated).cpu()
-            state = env.physics.state
-            ee = state.sensor("ee_pos").float().cpu()
-            pan = torch.rad2deg(task.arm.qpos(state.qpos)[:, 0]).cpu()
-            for i in range(num_envs):
-                if done[i]:  # the state is the next episode's already: this episode's last step was the one before
-                    if taken[i] >= quota:
-                        continue
-                    taken[i] += 1
-                    rows.append({"success": bool(info[keys.EPISODE][keys.EP_SUCCESS][i]), "closest_m": round(float(closest[i]), 4),
+            counted = done & (taken < quota)
+            taken += counted.long()
+            ended = keys.EPISODE in info  # the per-episode statistics come only with a step that ends one
+            yield done, counted, (info[keys.EPISODE][keys.EP_SUCCESS].cpu().bool() if ended else torch.zeros_like(done))
+            _episodes_ended(act, done)
+
+
+def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    pan_traces: list[list[float]] = [[] for _ in range(traces)]
+    steps = _rollout(policy, "so101_reach", episodes, num_envs, seed)
+    env = next(steps)
+    task = env.task
+    target = task.target.cpu().clone()
+    closest = torch.full((num_envs,), float("inf"))
+    last, tool = torch.zeros(num_envs), torch.zeros(num_envs, 3)
+    first_episode = torch.ones(num_envs, dtype=torch.bool)
+    for done, counted, success in steps:
+        state = env.physics.state
+        ee = state.sensor("ee_pos").float().cpu()
+        pan = torch.rad2deg(task.arm.qpos(state.qpos)[:, 0]).cpu()
+        for i in range(num_envs):
+            if done[i]:  # the state is the next episode's already: this episode's last step was the one before
+                if counted[i]:
+                    rows.append({"success": bool(success[i]), "closest_m": round(float(closest[i]), 4),
                                  "last_m": round(float(last[i]), 4), "target": [round(float(x), 3) for x in target[i]],
                                  "tool_last": [round(float(x), 3) for x in tool[i]]})
-                    closest[i], first_episode[i] = float("inf"), False
-                else:
-                    d = float(torch.linalg.norm(ee[i] - target[i]))
-                    closest[i], last[i], tool[i] = min(float(closest[i]), d), d, ee[i]
-                    if i < traces and first_episode[i]:
-                        pan_traces[i].append(round(float(pan[i]), 1))
-            target[done] = task.target.cpu()[done]
-            _episodes_ended(act, done)
+                closest[i], first_episode[i] = float("inf"), False
+            else:
+                d = float(torch.linalg.norm(ee[i] - target[i]))
+                closest[i], last[i], tool[i] = min(float(closest[i]), d), d, ee[i]
+                if i < traces and first_episode[i]:
+                    pan_traces[i].append(round(float(pan[i]), 1))
+        target[done] = task.target.cpu()[done]
     fails = [r for r in rows if not r["success"]]
     far = [r for r in fails if r["last_m"] > 0.10]
     return {
@@ -83,48 +98,34 @@ def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) 
 def diagnose_pick(policy: Any, episodes: int, num_envs: int, seed: int) -> dict[str, Any]:
     """so101_pick's failures by kind, per episode: the highest the named cube and the other cubes rose (m above rest),
     and the closest the grasp site came to the named cube."""
-    from benchmarks.vla_bc import _env
-    from policies import ActionQueue, keys
-    from robot_rl.cli.build import policy_view
-    from robot_rl.env import episode_mask
-    from robot_rl.evaluation import _ask_images_for_due, _episodes_ended
     from sim.tasks.so101_pick import CUBE_HALF
 
     rows: list[dict[str, Any]] = []
-    with torch.no_grad(), _env("so101_pick", num_envs, seed) as env:
-        view, task = policy_view(env, policy), env.task
-        act = ActionQueue(policy, num_envs, view.action_dim, deterministic=True)
-        obs, _ = view.reset(seed=seed)
-        named = task.target.cpu().clone()
-        rise_named, rise_other = torch.zeros(num_envs), torch.zeros(num_envs)
-        closest = torch.full((num_envs,), float("inf"))
-        quota, taken = episodes // num_envs, torch.zeros(num_envs, dtype=torch.long)
-        while bool((taken < quota).any()):
-            action = act(obs).to(env.device)
-            _ask_images_for_due(view, act)
-            obs, _, terminated, truncated, info = view.step(action)
-            done = episode_mask(terminated, truncated).cpu()
-            state = env.physics.state
-            cubes = task._stack(state, "_pos").cpu()  # [N, 3 cubes, 3]
-            rise = cubes[:, :, 2] - CUBE_HALF
-            grasp = state.sensor("grasp_pos").float().cpu()
-            for i in range(num_envs):
-                if done[i]:
-                    if taken[i] < quota:
-                        taken[i] += 1
-                        rows.append({"success": bool(info[keys.EPISODE][keys.EP_SUCCESS][i]),
-                                     "named_rise_m": round(float(rise_named[i]), 4),
-                                     "other_rise_m": round(float(rise_other[i]), 4),
-                                     "closest_to_named_m": round(float(closest[i]), 4)})
-                    rise_named[i], rise_other[i], closest[i] = 0.0, 0.0, float("inf")
-                else:
-                    n = int(named[i])
-                    rise_named[i] = max(float(rise_named[i]), float(rise[i, n]))
-                    others = [float(rise[i, c]) for c in range(rise.shape[1]) if c != n]
-                    rise_other[i] = max(float(rise_other[i]), *others)
-                    closest[i] = min(float(closest[i]), float(torch.linalg.norm(grasp[i] - cubes[i, n])))
-            named[done] = task.target.cpu()[done]
-            _episodes_ended(act, done)
+    steps = _rollout(policy, "so101_pick", episodes, num_envs, seed)
+    env = next(steps)
+    task = env.task
+    named = task.target.cpu().clone()
+    rise_named, rise_other = torch.zeros(num_envs), torch.zeros(num_envs)
+    closest = torch.full((num_envs,), float("inf"))
+    for done, counted, success in steps:
+        state = env.physics.state
+        cubes = task._stack(state, "_pos").cpu()  # [N, 3 cubes, 3]
+        rise = cubes[:, :, 2] - CUBE_HALF
+        grasp = state.sensor("grasp_pos").float().cpu()
+        for i in range(num_envs):
+            if done[i]:
+                if counted[i]:
+                    rows.append({"success": bool(success[i]), "named_rise_m": round(float(rise_named[i]), 4),
+                                 "other_rise_m": round(float(rise_other[i]), 4),
+                                 "closest_to_named_m": round(float(closest[i]), 4)})
+                rise_named[i], rise_other[i], closest[i] = 0.0, 0.0, float("inf")
+            else:
+                n = int(named[i])
+                rise_named[i] = max(float(rise_named[i]), float(rise[i, n]))
+                others = [float(rise[i, c]) for c in range(rise.shape[1]) if c != n]
+                rise_other[i] = max(float(rise_other[i]), *others)
+                closest[i] = min(float(closest[i]), float(torch.linalg.norm(grasp[i] - cubes[i, n])))
+        named[done] = task.target.cpu()[done]
     fails = [r for r in rows if not r["success"]]
     lifted = 0.02  # m: a cube this far above its rest was picked up (success needs 0.05 and both pads)
     kinds = {
