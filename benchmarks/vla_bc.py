@@ -85,10 +85,12 @@ def _overrides(d: dict[str, Any], prefix: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------------ data
 def collect(root: Path, demos: int, num_envs: int, seed: int, image: int = IMAGE,
-            dart: tuple[float, int] = (0.0, 1), dart_tasks: tuple[str, ...] = ()) -> dict[str, Any]:
+            dart: tuple[float, int] = (0.0, 1), dart_tasks: tuple[str, ...] = (),
+            dart_during: str = "episode") -> dict[str, Any]:
     """Record ``demos`` expert episodes per task into one dataset at ``root`` (``image`` x ``image`` pixels per camera);
     seconds and counts per task. ``dart``: (std, steps held) of the DART disturbance (``robot-rl collect``'s
-    ``disturbance``, ``disturbance_steps``; 0: the expert's own actions sent) for the tasks in ``dart_tasks``."""
+    ``disturbance``, ``disturbance_steps``; 0: the expert's own actions sent) for the tasks in ``dart_tasks``, during
+    the whole episode or only the expert's approach (``dart_during``, ``disturbance_during``)."""
     from robot_rl.cli.build import compose
     from robot_rl.cli.collect import collect as run_collect
 
@@ -100,6 +102,7 @@ def collect(root: Path, demos: int, num_envs: int, seed: int, image: int = IMAGE
                                   f"sim.num_envs={num_envs}", f"seed={seed + 1000 * i}", "progress=false",
                                   f"disturbance={dart[0] if task in dart_tasks else 0.0}",
                                   f"disturbance_steps={dart[1] if task in dart_tasks else 1}",
+                                  f"disturbance_during={dart_during}",
                                   *_overrides(DR, "sim.randomization"), *COLLECT_OVERRIDES.get(task, [])])
         c = run_collect(cfg)
         out[task] = {"episodes": c.episodes, "successes": c.successes, "frames": c.frames,
@@ -351,6 +354,8 @@ def main() -> None:
                    help="STD,STEPS: collect the demos DART's way, the expert's arm actions sent with Gaussian noise "
                         "of std STD (normalised units) held STEPS control steps, its own command recorded")
     p.add_argument("--dart-tasks", default="so101_reach", help="comma list of the tasks --dart applies to")
+    p.add_argument("--dart-during", choices=("episode", "approach"), default="episode",
+                   help="approach: disturb only the expert's way to the object, not its grasp or push")
     p.add_argument("--image", type=int, default=IMAGE,
                    help="camera images are this many pixels square (collection; the policy takes the dataset's size)")
     p.add_argument("--minutes", type=float, default=15.0,
@@ -403,6 +408,7 @@ def main() -> None:
     data: dict[str, Any] = {"settings": {"demos_per_task": a.demos, "train_minutes": a.minutes,
                                          "eval_episodes": a.episodes, "cameras": list(CAMERAS), "image": a.image,
                                          "dart_disturbance": a.dart, "dart_tasks": a.dart_tasks,
+                                         "dart_during": a.dart_during,
                                          "visual_randomization": DR, "tasks": list(TASKS),
                                          "collect_overrides": COLLECT_OVERRIDES}}
     collect_record = a.data.parent / f"{a.data.name}_collect.json"  # beside the dataset, never inside it
@@ -411,7 +417,7 @@ def main() -> None:
         t = time.perf_counter()
         std, held = a.dart.split(",")
         record = {"collect": collect(a.data, a.demos, a.num_envs, a.seed, a.image, (float(std), int(held)),
-                                     tuple(a.dart_tasks.split(","))),
+                                     tuple(a.dart_tasks.split(",")), a.dart_during),
                   "collect_s": round(time.perf_counter() - t, 1)}
         collect_record.write_text(json.dumps(record, indent=1))
     if collect_record.is_file():  # the record of the collection that made --data (this run's or an earlier one's)

@@ -1,5 +1,6 @@
 """How a trained VLA fails so101_reach (and, with ``--task so101_pick``, so101_pick: which cube rose, how close the
-grasp came to the named one). Reach, per episode: the closest and the last tool-to-target distance, the tool's
+grasp came to the named one; with ``--task so101_push``, so101_push: how close the jaws came to the cube, how far the
+cube moved and where it ended against the goal). Reach, per episode: the closest and the last tool-to-target distance, the tool's
 last position and the shoulder pan's course, read from the simulator (diagnosis only; the policy sees what
 ``benchmarks/vla_bc.py`` shows it: cameras, joints, instruction, under the same visual DR and seeds).
 
@@ -140,11 +141,64 @@ def diagnose_pick(policy: Any, episodes: int, num_envs: int, seed: int) -> dict[
             "failure_kinds": kinds, "per_episode": rows}
 
 
+def diagnose_push(policy: Any, episodes: int, num_envs: int, seed: int) -> dict[str, Any]:
+    """so101_push's failures by kind, per episode: the closest the grasp site came to the cube, the farthest the cube
+    moved from its start, and the cube-to-goal distance in the table plane at the start, at its closest and at the
+    end (m)."""
+    rows: list[dict[str, Any]] = []
+    steps = _rollout(policy, "so101_push", episodes, num_envs, seed)
+    env = next(steps)
+    task = env.task
+    goal = task.goal.cpu().clone()
+    inf = float("inf")
+    start = env.physics.state.sensor("cube_pos").float().cpu().clone()
+    closest, moved = torch.full((num_envs,), inf), torch.zeros(num_envs)
+    goal_closest, goal_last = torch.full((num_envs,), inf), torch.zeros(num_envs)
+    for done, counted, success in steps:
+        state = env.physics.state
+        cube = state.sensor("cube_pos").float().cpu()
+        grasp = state.sensor("grasp_pos").float().cpu()
+        for i in range(num_envs):
+            if done[i]:  # the state is the next episode's already
+                if counted[i]:
+                    rows.append({"success": bool(success[i]), "closest_to_cube_m": round(float(closest[i]), 4),
+                                 "cube_moved_m": round(float(moved[i]), 4),
+                                 "goal_start_m": round(float(torch.linalg.norm(start[i, :2] - goal[i])), 4),
+                                 "goal_closest_m": round(float(goal_closest[i]), 4),
+                                 "goal_last_m": round(float(goal_last[i]), 4)})
+                closest[i], moved[i], goal_closest[i] = inf, 0.0, inf
+                start[i] = cube[i]
+            else:
+                closest[i] = min(float(closest[i]), float(torch.linalg.norm(grasp[i] - cube[i])))
+                moved[i] = max(float(moved[i]), float(torch.linalg.norm(cube[i, :2] - start[i, :2])))
+                goal_last[i] = float(torch.linalg.norm(cube[i, :2] - goal[i]))
+                goal_closest[i] = min(float(goal_closest[i]), float(goal_last[i]))
+        goal[done] = task.goal.cpu()[done]
+    fails = [r for r in rows if not r["success"]]
+    near, still = 0.03, 0.01  # m: the jaws within this of the cube's centre; a cube moved less than this stayed
+    pushed = [r for r in fails if r["closest_to_cube_m"] < near and r["cube_moved_m"] >= still]
+    kinds = {
+        "never_within_3cm_of_cube": sum(r["closest_to_cube_m"] >= near for r in fails),
+        "reached_cube_never_moved_it": sum(r["closest_to_cube_m"] < near and r["cube_moved_m"] < still for r in fails),
+        # the cube travelled at least as far as the goal was and never came within the success radius: the push
+        # went beside or past the goal
+        "pushed_beside_or_past_goal": sum(r["cube_moved_m"] >= r["goal_start_m"] for r in pushed),
+        "pushed_short_of_goal": sum(r["cube_moved_m"] < r["goal_start_m"] for r in pushed),
+    }
+    return {"episodes": len(rows), "success": sum(r["success"] for r in rows) / len(rows), "failures": len(fails),
+            "failure_kinds": kinds,
+            "pushed_failures_goal_closest_m_median": (statistics.median(r["goal_closest_m"] for r in pushed)
+                                                      if pushed else None),
+            "pushed_failures_cube_moved_m_median": (statistics.median(r["cube_moved_m"] for r in pushed)
+                                                    if pushed else None),
+            "per_episode": rows}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", type=Path, required=True, help="an exported flow-VLA policy folder")
     p.add_argument("--executed-steps", type=int, default=None, help="actions executed per chunk (default: the policy's)")
-    p.add_argument("--task", choices=("so101_reach", "so101_pick"), default="so101_reach")
+    p.add_argument("--task", choices=("so101_reach", "so101_pick", "so101_push"), default="so101_reach")
     p.add_argument("--episodes", type=int, default=100, help="a multiple of --num-envs")
     p.add_argument("--num-envs", type=int, default=10)
     p.add_argument("--seed", type=int, default=777_000, help="vla_bc.py's evaluation seed")
@@ -160,7 +214,8 @@ def main() -> None:
     if a.executed_steps:
         set_executed_steps(policy, a.executed_steps)
     r = (diagnose(policy, a.episodes, a.num_envs, a.seed, a.traces) if a.task == "so101_reach"
-         else diagnose_pick(policy, a.episodes, a.num_envs, a.seed))
+         else diagnose_pick(policy, a.episodes, a.num_envs, a.seed) if a.task == "so101_pick"
+         else diagnose_push(policy, a.episodes, a.num_envs, a.seed))
     a.out.write_text(json.dumps({"policy": str(a.policy), "executed_steps": a.executed_steps, **r}, indent=2) + "\n")
     print(json.dumps({k: v for k, v in r.items() if k not in ("per_episode", "pan_deg_first_episodes")}))
 

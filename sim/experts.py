@@ -72,6 +72,9 @@ class ScriptedExpert:
 
     site = "grasp"
     parts: tuple[str, ...] = ()  # observation parts read besides joint_pos
+    # Phases that bring the tool to where the task's contact starts (above the cube); None: the whole episode is one
+    # approach (reach). ``approaching`` reads them, for DART demos that disturb the approach and not the grasp.
+    approach_phases: tuple[int, ...] | None = None
 
     def __init__(self, task: Task, num_envs: int, obs_spec: ObsSpec, ik_iters: int = 30, quality: float = 1.0,
                  seed: int = 0) -> None:
@@ -151,6 +154,13 @@ class ScriptedExpert:
             action = (action + torch.as_tensor(noise, dtype=torch.float32)).clamp(-1.0, 1.0)
         return action.to(q.device)
 
+    @property
+    def approaching(self) -> np.ndarray:
+        """bool [N]: each env's expert is in an approach phase (``approach_phases``) as of its last ``act``."""
+        if self.approach_phases is None:
+            return np.ones(self.num_envs, dtype=bool)
+        return np.isin(self.phase, self.approach_phases)
+
     def _ik(self, pos: np.ndarray, yaw: float | None) -> np.ndarray:
         q0 = self.data.qpos[self.arm_qadr[:5]]
         orient = ik.top_down_quat(yaw) if yaw is not None else None
@@ -195,6 +205,7 @@ class LiftExpert(ScriptedExpert):
     """Above the cube -> down around it -> close -> lift, top-down with the jaws across two faces."""
 
     parts = ("cube_pos", "cube_quat", "pad_contacts")
+    approach_phases = (0, 1)  # choose the cube, go above it; then down, close, lift
     descent_speed: float | None = None  # m per control step along the straight line down; None: IK straight to it
 
     def _cube(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -285,6 +296,7 @@ class PushExpert(ScriptedExpert):
     """
 
     parts = ("cube_pos", "goal_pos")
+    approach_phases = (0, 1)  # lift clear, go above the cube; then down, push
 
     def _plan(self, i: int) -> np.ndarray:
         cube, goal = self.seen["cube_pos"][i], self.seen["goal_pos"][i]

@@ -488,3 +488,37 @@ def test_dart_sends_the_disturbed_action_and_records_the_experts_own():
         ExpertActor(view, reference, disturbance=-0.1)
     with pytest.raises(ValueError, match="cannot be combined"):
         CollectCommand(policy="runs/x", disturbance=0.2)
+
+
+def test_dart_during_approach_leaves_the_grasp_undisturbed():
+    """``during="approach"``: on so101_lift the arm is sent off the expert's command while the expert goes above the
+    cube and exactly its command once it descends, closes and lifts; reach's expert approaches all episode long."""
+    from robot_rl.cli.collect import CollectCommand, ExpertActor
+    from sim.config import SimConfig
+    from sim.experts import make_expert
+    from sim.lerobot_view import LeRobotView
+    from sim.registry import make_env, task_config
+
+    with make_env("so101_reach", SimConfig(num_envs=2, num_threads=1), task_config("so101_reach", {})) as env:
+        assert make_expert(env).approaching.tolist() == [True, True]
+    with make_env("so101_lift", SimConfig(num_envs=2, num_threads=1), task_config("so101_lift", {})) as env:
+        view = LeRobotView(env, cameras=(), image_size=(32, 32))
+        view.reset(seed=3)
+        reference = make_expert(env)
+        actor = ExpertActor(view, make_expert(env), disturbance=0.5, disturbance_steps=2, seed=0, during="approach")
+        off = {True: [], False: []}  # approaching -> per env-step: how far an arm joint was sent off the command
+        calm_phases = set()  # the expert's phases on the steps that were not disturbed
+        for _ in range(45):
+            clean = view.to_target(reference.act(view.env_obs))
+            sent, _, _ = actor(None)
+            assert torch.equal(actor.label, clean)  # the same observations: the two experts stay in step
+            for approaching, d in zip(actor.expert.approaching, (sent - clean)[:, :5].abs().amax(dim=1)):
+                off[bool(approaching)].append(float(d))
+            calm_phases |= set(actor.expert.phase[~actor.expert.approaching].tolist())
+            view.step(sent)
+        assert len(off[True]) >= 10 and len(off[False]) >= 10  # both kinds of steps were seen
+        assert sum(d > 1e-3 for d in off[True]) >= 0.8 * len(off[True])  # the approach is disturbed ...
+        assert max(off[False]) == 0.0  # ... the descent (phase 2) and the grasp (3) are not
+        assert {2, 3} <= calm_phases
+    with pytest.raises(ValueError, match="disturbance_during"):
+        CollectCommand(disturbance=0.2, disturbance_during="grasp")

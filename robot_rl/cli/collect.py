@@ -39,6 +39,8 @@ import torch
 from policies import keys
 from robot_rl.data.recorder import RecorderConfig
 
+DISTURBANCE_DURING = ("episode", "approach")
+
 
 @dataclass
 class CollectCommand:
@@ -56,6 +58,9 @@ class CollectCommand:
     # disturbance_steps control steps; the recorded action stays the expert's undisturbed command (ExpertActor)
     disturbance: float = 0.0
     disturbance_steps: int = 1
+    # "episode": disturbed throughout; "approach": only while the expert approaches (ScriptedExpert.approaching:
+    # above the cube for lift / push / pick, the whole of reach), so grasps and pushes are shown undisturbed
+    disturbance_during: str = "episode"
     dataset: RecorderConfig = field(default_factory=RecorderConfig)
     task: Any = None
     sim: Any = None
@@ -70,6 +75,8 @@ class CollectCommand:
         if self.disturbance < 0 or self.disturbance_steps < 1:
             raise ValueError(f"disturbance must be >= 0 and disturbance_steps >= 1, got {self.disturbance} and "
                              f"{self.disturbance_steps}")
+        if self.disturbance_during not in DISTURBANCE_DURING:
+            raise ValueError(f"disturbance_during must be one of {DISTURBANCE_DURING}, got {self.disturbance_during!r}")
         if self.disturbance > 0 and self.policy is not None:
             raise ValueError("disturbance applies to the scripted expert's demonstrations; it cannot be combined "
                              "with policy=")
@@ -106,15 +113,20 @@ class ExpertActor:
     joints' action before it is sent, each draw held for ``disturbance_steps`` control steps, while ``label`` keeps
     what the undisturbed expert commanded, which ``record`` writes as the ``action``. The demonstrations then visit
     the states a learner's own errors lead to and show the way back from them. The gripper is never disturbed.
+    ``during="approach"`` disturbs only the steps where the expert approaches (``expert.approaching``): the way to
+    the object is shown from off its path, the grasp or push as the expert does it (noise there fails them).
     """
 
     def __init__(self, view: Any, expert: Any, disturbance: float = 0.0, disturbance_steps: int = 1,
-                 seed: int = 0) -> None:
+                 seed: int = 0, during: str = "episode") -> None:
         if disturbance < 0 or disturbance_steps < 1:
             raise ValueError(f"disturbance must be >= 0 and disturbance_steps >= 1, got {disturbance} and "
                              f"{disturbance_steps}")
+        if during not in DISTURBANCE_DURING:
+            raise ValueError(f"disturbance during must be one of {DISTURBANCE_DURING}, got {during!r}")
         self.view, self.expert = view, expert
         self.disturbance, self.disturbance_steps = float(disturbance), int(disturbance_steps)
+        self.during = during
         self.label: torch.Tensor | None = None  # degrees [N, 6]: the undisturbed command of the last call
         self._gen = torch.Generator().manual_seed(seed)
         self._noise = torch.zeros(view.num_envs, 6)
@@ -129,7 +141,10 @@ class ExpertActor:
         draws = torch.randn(int(fresh.sum()), 5, generator=self._gen) * self.disturbance
         self._noise[fresh, :5], self._age[fresh] = draws, 0
         self._age += 1
-        noisy = (action + self._noise.to(action.device)).clamp(-1.0, 1.0)
+        noise = self._noise
+        if self.during == "approach":
+            noise = noise * torch.as_tensor(self.expert.approaching, dtype=noise.dtype)[:, None]
+        noisy = (action + noise.to(action.device)).clamp(-1.0, 1.0)
         return self.view.to_target(noisy), None, keys.ACTOR_HUMAN  # the view applies the last to_target's rows
 
     def reset(self, env_ids: torch.Tensor | None) -> None:
@@ -298,7 +313,7 @@ def collect(cfg: Any) -> Collected:
             **{col: env.obs_spec.shapes[g][0] for col, g in env_state.items()}, keys.ENV_ACTION_COL: env.action_dim}
         spec = DatasetSpec(fps, tuple(LEROBOT_STATE_NAMES), {cam: size for cam in cameras}, vectors=vectors)
         actor = ExpertActor(view, make_expert(env, quality=c.quality, seed=c.seed), c.disturbance,
-                            c.disturbance_steps, c.seed) if policy is None else \
+                            c.disturbance_steps, c.seed, c.disturbance_during) if policy is None else \
             PolicyActor(view, policy)
         recorder = EpisodeRecorder(c.dataset, spec, env.num_envs, env.max_episode_length)
         bar = tqdm(total=c.episodes, unit="ep", desc="collect", disable=not c.progress, file=sys.stderr)
