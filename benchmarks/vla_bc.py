@@ -85,12 +85,11 @@ def _overrides(d: dict[str, Any], prefix: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------------ data
 def collect(root: Path, demos: int, num_envs: int, seed: int, image: int = IMAGE,
-            dart: tuple[float, int] = (0.0, 1), dart_tasks: tuple[str, ...] = (),
-            dart_during: str = "episode") -> dict[str, Any]:
+            dart: dict[str, tuple[float, int, str]] | None = None) -> dict[str, Any]:
     """Record ``demos`` expert episodes per task into one dataset at ``root`` (``image`` x ``image`` pixels per camera);
-    seconds and counts per task. ``dart``: (std, steps held) of the DART disturbance (``robot-rl collect``'s
-    ``disturbance``, ``disturbance_steps``; 0: the expert's own actions sent) for the tasks in ``dart_tasks``, during
-    the whole episode or only the expert's approach (``dart_during``, ``disturbance_during``)."""
+    seconds and counts per task. ``dart``: task -> (std, steps held, "episode" | "approach") of the DART disturbance
+    (``robot-rl collect``'s ``disturbance``, ``disturbance_steps``, ``disturbance_during``); tasks not in it are
+    collected with the expert's own actions."""
     from robot_rl.cli.build import compose
     from robot_rl.cli.collect import collect as run_collect
 
@@ -100,15 +99,31 @@ def collect(root: Path, demos: int, num_envs: int, seed: int, image: int = IMAGE
                                   f"dataset.append={'true' if i else 'false'}", f"task.cameras=[{','.join(CAMERAS)}]",
                                   f"task.image_width={image}", f"task.image_height={image}",
                                   f"sim.num_envs={num_envs}", f"seed={seed + 1000 * i}", "progress=false",
-                                  f"disturbance={dart[0] if task in dart_tasks else 0.0}",
-                                  f"disturbance_steps={dart[1] if task in dart_tasks else 1}",
-                                  f"disturbance_during={dart_during}",
+                                  *_dart_overrides((dart or {}).get(task)),
                                   *_overrides(DR, "sim.randomization"), *COLLECT_OVERRIDES.get(task, [])])
         c = run_collect(cfg)
         out[task] = {"episodes": c.episodes, "successes": c.successes, "frames": c.frames,
                      "seconds": round(c.seconds, 1)}
         print(f"collect {task}: {c.episodes} episodes ({c.successes} successes), {c.frames} frames in "
               f"{c.seconds:.0f} s", file=sys.stderr)
+    return out
+
+
+def _dart_overrides(setting: tuple[float, int, str] | None) -> list[str]:
+    std, held, during = setting or (0.0, 1, "episode")
+    return [f"disturbance={std}", f"disturbance_steps={held}", f"disturbance_during={during}"]
+
+
+def parse_dart(dart: str, tasks: str, during: str) -> dict[str, tuple[float, int, str]]:
+    """``--dart STD,STEPS``, ``--dart-tasks`` (comma list of TASK or TASK:STD, the latter with its own std) and
+    ``--dart-during`` -> task -> (std, steps held, during)."""
+    std, held = dart.split(",")
+    out = {}
+    for item in filter(None, tasks.split(",")):
+        task, _, own = item.partition(":")
+        if task not in TASKS:
+            raise ValueError(f"--dart-tasks: {task!r} is not one of {TASKS}")
+        out[task] = (float(own or std), int(held), during)
     return out
 
 
@@ -353,7 +368,8 @@ def main() -> None:
     p.add_argument("--dart", default="0.3,3",
                    help="STD,STEPS: collect the demos DART's way, the expert's arm actions sent with Gaussian noise "
                         "of std STD (normalised units) held STEPS control steps, its own command recorded")
-    p.add_argument("--dart-tasks", default="so101_reach", help="comma list of the tasks --dart applies to")
+    p.add_argument("--dart-tasks", default="so101_reach",
+                   help="comma list of the tasks --dart applies to; TASK:STD gives a task its own std")
     p.add_argument("--dart-during", choices=("episode", "approach"), default="episode",
                    help="approach: disturb only the expert's way to the object, not its grasp or push")
     p.add_argument("--image", type=int, default=IMAGE,
@@ -415,9 +431,8 @@ def main() -> None:
     if not a.skip_collect:
         shutil.rmtree(a.data, ignore_errors=True)
         t = time.perf_counter()
-        std, held = a.dart.split(",")
-        record = {"collect": collect(a.data, a.demos, a.num_envs, a.seed, a.image, (float(std), int(held)),
-                                     tuple(a.dart_tasks.split(",")), a.dart_during),
+        dart = parse_dart(a.dart, a.dart_tasks, a.dart_during)
+        record = {"collect": collect(a.data, a.demos, a.num_envs, a.seed, a.image, dart),
                   "collect_s": round(time.perf_counter() - t, 1)}
         collect_record.write_text(json.dumps(record, indent=1))
     if collect_record.is_file():  # the record of the collection that made --data (this run's or an earlier one's)
