@@ -42,6 +42,15 @@ from robot_rl.data.recorder import RecorderConfig
 DISTURBANCE_DURING = ("episode", "approach")
 
 
+def check_disturbance(std: float, steps: int, during: str) -> None:
+    """Raises ValueError unless std >= 0, steps >= 1 and ``during`` is one of ``DISTURBANCE_DURING`` (the DART
+    settings of ``CollectCommand`` and ``ExpertActor``)."""
+    if std < 0 or steps < 1:
+        raise ValueError(f"disturbance must be >= 0 and disturbance_steps >= 1, got {std} and {steps}")
+    if during not in DISTURBANCE_DURING:
+        raise ValueError(f"disturbance_during must be one of {DISTURBANCE_DURING}, got {during!r}")
+
+
 @dataclass
 class CollectCommand:
     """configs/collect.yaml: ``robot-rl collect`` (``task`` and ``sim`` are the groups chosen by name)."""
@@ -72,11 +81,7 @@ class CollectCommand:
             raise ValueError(f"quality must lie in [0, 1], got {self.quality}")
         if self.torch_threads < 1:
             raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
-        if self.disturbance < 0 or self.disturbance_steps < 1:
-            raise ValueError(f"disturbance must be >= 0 and disturbance_steps >= 1, got {self.disturbance} and "
-                             f"{self.disturbance_steps}")
-        if self.disturbance_during not in DISTURBANCE_DURING:
-            raise ValueError(f"disturbance_during must be one of {DISTURBANCE_DURING}, got {self.disturbance_during!r}")
+        check_disturbance(self.disturbance, self.disturbance_steps, self.disturbance_during)
         if self.disturbance > 0 and self.policy is not None:
             raise ValueError("disturbance applies to the scripted expert's demonstrations; it cannot be combined "
                              "with policy=")
@@ -119,11 +124,7 @@ class ExpertActor:
 
     def __init__(self, view: Any, expert: Any, disturbance: float = 0.0, disturbance_steps: int = 1,
                  seed: int = 0, during: str = "episode") -> None:
-        if disturbance < 0 or disturbance_steps < 1:
-            raise ValueError(f"disturbance must be >= 0 and disturbance_steps >= 1, got {disturbance} and "
-                             f"{disturbance_steps}")
-        if during not in DISTURBANCE_DURING:
-            raise ValueError(f"disturbance during must be one of {DISTURBANCE_DURING}, got {during!r}")
+        check_disturbance(disturbance, disturbance_steps, during)
         self.view, self.expert = view, expert
         self.disturbance, self.disturbance_steps = float(disturbance), int(disturbance_steps)
         self.during = during
