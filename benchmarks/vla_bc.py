@@ -117,15 +117,17 @@ def _dart_overrides(setting: tuple[float, int, str] | None) -> list[str]:
 
 
 def parse_dart(dart: str, tasks: str, during: str) -> dict[str, tuple[float, int, str]]:
-    """``--dart STD,STEPS``, ``--dart-tasks`` (comma list of TASK or TASK:STD, the latter with its own std) and
-    ``--dart-during`` -> task -> (std, steps held, during)."""
+    """``--dart STD,STEPS``, ``--dart-tasks`` (comma list of TASK, TASK:STD or TASK:STD:DURING, the latter two with
+    the task's own std and phases) and ``--dart-during`` -> task -> (std, steps held, during)."""
     std, held = dart.split(",")
     out = {}
     for item in filter(None, tasks.split(",")):
-        task, _, own = item.partition(":")
-        if task not in TASKS:
-            raise ValueError(f"--dart-tasks: {task!r} is not one of {TASKS}")
-        out[task] = (float(own or std), int(held), during)
+        task, own_std, own_during, *rest = item.split(":") + ["", ""]
+        if task not in TASKS or any(rest):
+            raise ValueError(f"--dart-tasks: {item!r} is not TASK[:STD[:DURING]] with TASK one of {TASKS}")
+        if own_during and own_during not in ("episode", "approach"):
+            raise ValueError(f"--dart-tasks: {item!r}: DURING must be episode or approach")
+        out[task] = (float(own_std or std), int(held), own_during or during)
     return out
 
 
@@ -373,7 +375,8 @@ def main() -> None:
                    help="STD,STEPS: collect the demos DART's way, the expert's arm actions sent with Gaussian noise "
                         "of std STD (normalised units) held STEPS control steps, its own command recorded")
     p.add_argument("--dart-tasks", default=",".join(TASKS),
-                   help="comma list of the tasks --dart applies to; TASK:STD gives a task its own std")
+                   help="comma list of the tasks --dart applies to; TASK:STD gives a task its own std, "
+                        "TASK:STD:DURING its own std and phases (episode or approach)")
     p.add_argument("--dart-during", choices=("episode", "approach"), default="approach",
                    help="approach: disturb only the expert's way to the object, not its grasp or push")
     p.add_argument("--image", type=int, default=IMAGE,

@@ -1,6 +1,8 @@
-"""benchmarks/vla_bc.py's choice of executed steps per chunk from validation success, by hand."""
+"""benchmarks/vla_bc.py's choice of executed steps per chunk from validation success, by hand; its DART settings."""
 
-from benchmarks.vla_bc import choose_executed_steps
+import pytest
+
+from benchmarks.vla_bc import choose_executed_steps, parse_dart
 
 
 def test_each_task_keeps_the_common_value_unless_another_is_strictly_better():
@@ -20,3 +22,12 @@ def test_ties_without_the_common_value_go_to_fewer_steps():
     assert best == 6 and per == {"a": 2, "b": 6}  # a: 2 and 4 tie above the common 6: the fewer steps
     sweep = {2: {"a": 0.1}, 4: {"a": 0.6}, 6: {"a": 0.6}}
     assert choose_executed_steps(sweep) == (4, {"a": 4})  # mean tie 4 = 6: fewer steps
+
+
+def test_dart_tasks_take_their_own_std_and_phases():
+    got = parse_dart("0.3,3", "so101_reach,so101_push:0.1:episode,so101_pick:0.2", "approach")
+    assert got == {"so101_reach": (0.3, 3, "approach"), "so101_push": (0.1, 3, "episode"),
+                   "so101_pick": (0.2, 3, "approach")}
+    for bad in ("so101_push:0.1:grasp", "so101_nope", "so101_push:0.1:episode:x"):
+        with pytest.raises(ValueError, match="--dart-tasks"):
+            parse_dart("0.3,3", bad, "approach")
