@@ -371,6 +371,8 @@ def main() -> None:
     # push and pick (dart_all_tasks_trial_2026_12_03); on every task during the approach only, 0.91 / 0.97 / 0.71 / 0.84
     # and 0.88 / 0.97 / 0.67 / 0.81 on a second seed (means 0.86 / 0.83 vs 0.79 / 0.83 with reach's alone; pick's
     # approach failures 20 -> 1 of 100; the headline pass and dart_approach_second_seed_2026_12_03)
+    # push disturbed during the push too (so101_push:0.1:episode) did worse on every task: 0.88 / 0.73 / 0.59 / 0.59
+    # (push_dart_during_push_trial_2026_12_04)
     p.add_argument("--dart", default="0.3,3",
                    help="STD,STEPS: collect the demos DART's way, the expert's arm actions sent with Gaussian noise "
                         "of std STD (normalised units) held STEPS control steps, its own command recorded")
