@@ -47,6 +47,7 @@ import torch
 
 from benchmarks.common import RESULTS, goal, robot_rl_command, save_figure, write_result
 from policies.execution import set_executed_steps
+from robot_rl.cli.collect import DISTURBANCE_DURING
 
 NAME = "vla_bc"
 TASKS = ("so101_reach", "so101_lift", "so101_push", "so101_pick")
@@ -125,8 +126,8 @@ def parse_dart(dart: str, tasks: str, during: str) -> dict[str, tuple[float, int
         task, own_std, own_during, *rest = item.split(":") + ["", ""]
         if task not in TASKS or any(rest):
             raise ValueError(f"--dart-tasks: {item!r} is not TASK[:STD[:DURING]] with TASK one of {TASKS}")
-        if own_during and own_during not in ("episode", "approach"):
-            raise ValueError(f"--dart-tasks: {item!r}: DURING must be episode or approach")
+        if own_during and own_during not in DISTURBANCE_DURING:
+            raise ValueError(f"--dart-tasks: {item!r}: DURING must be one of {DISTURBANCE_DURING}")
         out[task] = (float(own_std or std), int(held), own_during or during)
     return out
 
@@ -379,7 +380,7 @@ def main() -> None:
     p.add_argument("--dart-tasks", default=",".join(TASKS),
                    help="comma list of the tasks --dart applies to; TASK:STD gives a task its own std, "
                         "TASK:STD:DURING its own std and phases (episode or approach)")
-    p.add_argument("--dart-during", choices=("episode", "approach"), default="approach",
+    p.add_argument("--dart-during", choices=DISTURBANCE_DURING, default="approach",
                    help="approach: disturb only the expert's way to the object, not its grasp or push")
     p.add_argument("--image", type=int, default=IMAGE,
                    help="camera images are this many pixels square (collection; the policy takes the dataset's size)")
