@@ -11,7 +11,8 @@
    is given). Each in its own process, one after the other. The budget is 15 minutes of each method's training
    on a quiet 2-core machine: by default as the steps each made in that time (``QUIET_STEPS_15MIN``, so a busy
    machine changes the wall time, not the result), or as wall-clock itself (``--budget minutes``, quiet only).
-   Ours' chunk execution length is chosen on validation seeds, per task (``--select-executed``).
+   How ours runs its chunks is chosen on validation seeds, per task: the actions executed per chunk, queued
+   (``--select-executed``) or blended by ACT's temporal ensembling (``--select-ensembled``).
 3. **Evaluation, one loop for all.** ``robot_rl.evaluation.evaluate`` over ``sim.lerobot_view.LeRobotView`` (the
    policy's cameras and image size), 100 seeded episodes per task, with the same visual randomization but other
    seeds than the demonstrations. For so101_pick the instruction shown to the policy is also swapped for another
@@ -46,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from benchmarks.common import RESULTS, goal, robot_rl_command, save_figure, write_result
-from policies.execution import set_executed_steps
+from policies.execution import set_executed_steps, set_temporal_ensemble
 from robot_rl.cli.collect import DISTURBANCE_DURING
 
 NAME = "vla_bc"
@@ -257,37 +258,64 @@ def task_instructions(task: str) -> list[str]:
     return [make_task(task).instruction]
 
 
-def choose_executed_steps(sweep: dict[int, dict[str, float]]) -> tuple[int, dict[str, int]]:
-    """From validation success ``sweep[k][task]``: the common value (best mean over the tasks; ties: fewer steps)
-    and each task's (its best; a task leaves the common value only for one strictly better on it)."""
-    candidates = sorted(sweep)
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """How a chunking policy runs its chunks: asked every ``steps`` steps, each chunk's first ``steps`` actions
+    queued (``ensemble`` None) or every chunk's predictions blended by ACT's temporal ensembling (coefficient
+    ``ensemble``, ``policies.execution.ActionQueue``)."""
+
+    steps: int
+    ensemble: float | None = None
+
+    @property
+    def label(self) -> str:
+        """"3" for a queue of 3 steps (the records' form before ensembling was a candidate), "2+te" ensembled."""
+        return str(self.steps) if self.ensemble is None else f"{self.steps}+te"
+
+    def order(self) -> tuple[int, bool]:
+        """Ties go to fewer steps (more replanning), then to the queue."""
+        return self.steps, self.ensemble is not None
+
+
+def choose_execution(sweep: dict[Execution, dict[str, float]]) -> tuple[Execution, dict[str, Execution]]:
+    """From validation success ``sweep[candidate][task]``: the common candidate (best mean over the tasks; ties:
+    fewer steps, then the queue) and each task's (its best; a task leaves the common one only for one strictly
+    better on it)."""
+    candidates = sorted(sweep, key=Execution.order)
     tasks = list(next(iter(sweep.values())))
-    best = max(candidates, key=lambda k: (statistics.mean(sweep[k].values()), -k))
-    per = {t: max(candidates, key=lambda k, t=t: (sweep[k][t], k == best, -k)) for t in tasks}
+    best = min(candidates, key=lambda c: (-statistics.mean(sweep[c].values()), c.order()))
+    per = {t: min(candidates, key=lambda c, t=t: (-sweep[c][t], c != best, c.order())) for t in tasks}
     return best, per
 
 
-def select_executed_steps(policy: Any, candidates: list[int], episodes: int, num_envs: int,
-                          seed: int, per_task: bool = True) -> dict[str, Any]:
-    """The chunk execution length (actions executed per chunk) on validation seeds (not the evaluation's): the one
-    with the best mean success over the tasks as ``executed_steps``, and with ``per_task`` each task's best as
-    ``executed_steps_by_task`` (keyed by its instructions); sets them on ``policy`` and returns the sweep. A task
-    keeps the common value unless another did strictly better on it (on 2026-12-03 a tie broken toward fewer steps
-    sent pick to 3, which scored 0.09 on the evaluation seeds vs 0.26 at the common 8); other ties go to the fewer
-    steps (more replanning)."""
+def select_execution(policy: Any, candidates: list[Execution], episodes: int, num_envs: int,
+                     seed: int, per_task: bool = True) -> dict[str, Any]:
+    """How the chunks run, chosen on validation seeds (not the evaluation's): the candidate with the best mean
+    success over the tasks as ``executed_steps`` / ``temporal_ensemble``, and with ``per_task`` each task's best as
+    ``executed_steps_by_task`` / ``temporal_ensemble_by_task`` (keyed by its instructions); sets them on ``policy``
+    and returns the sweep. A task keeps the common candidate unless another did strictly better on it (on 2026-12-03
+    a tie broken toward fewer steps sent pick to 3, which scored 0.09 on the evaluation seeds vs 0.26 at the common
+    8); other ties go to the fewer steps (more replanning), then to the queue."""
     sweep = {}
-    for k in candidates:
-        set_executed_steps(policy, k)
+    for c in candidates:
+        set_executed_steps(policy, c.steps)
+        set_temporal_ensemble(policy, c.ensemble)
         r = evaluate_policy(policy, episodes, num_envs, seed)
-        sweep[k] = {t: r[t]["success_rate"] for t in TASKS}
-        print(f"validation executed_steps={k}: {sweep[k]}", file=sys.stderr)
-    best, per = choose_executed_steps(sweep)
-    by_task = {i: per[t] for t in TASKS for i in task_instructions(t)} if per_task else {}
-    policy.cfg = dataclasses.replace(policy.cfg, executed_steps=best, executed_steps_by_task=by_task)
-    return {"candidates": candidates, "episodes_per_task": episodes, "seed": seed, "success": sweep, "chosen": best,
-            "chosen_per_task": per if per_task else None,
-            "validation_mean_of_chosen": round(statistics.mean(sweep[per[t]][t] for t in TASKS) if per_task
-                                               else statistics.mean(sweep[best].values()), 4)}
+        sweep[c] = {t: r[t]["success_rate"] for t in TASKS}
+        print(f"validation {c.label}: {sweep[c]}", file=sys.stderr)
+    best, per = choose_execution(sweep)
+    if not per_task:
+        per = dict.fromkeys(TASKS, best)
+    instructions = {i: t for t in TASKS for i in task_instructions(t)}
+    policy.cfg = dataclasses.replace(
+        policy.cfg, executed_steps=best.steps, temporal_ensemble=best.ensemble,
+        executed_steps_by_task={i: per[t].steps for i, t in instructions.items()} if per_task else {},
+        temporal_ensemble_by_task={i: per[t].ensemble for i, t in instructions.items()} if per_task else {})
+    ensembles = sorted({c.ensemble for c in candidates if c.ensemble is not None})
+    return {"candidates": [c.label for c in candidates], "ensemble_coefficient": ensembles[0] if ensembles else None,
+            "episodes_per_task": episodes, "seed": seed, "success": {c.label: sweep[c] for c in candidates},
+            "chosen": best.label, "chosen_per_task": {t: per[t].label for t in TASKS} if per_task else None,
+            "validation_mean_of_chosen": round(statistics.mean(sweep[per[t]][t] for t in TASKS), 4)}
 
 
 def inference_ms(policy: Any, repeats: int = 30) -> float:
@@ -393,9 +421,16 @@ def main() -> None:
     p.add_argument("--ours-steps", type=int, default=QUIET_STEPS_15MIN["ours"],
                    help="ours: gradient steps (the cosine schedule spans them)")
     p.add_argument("--theirs-steps", type=int, default=QUIET_STEPS_15MIN["act"], help="LeRobot's: training steps")
-    p.add_argument("--select-executed", default="3,4,8",
-                   help="ours: executed steps per chunk to choose from on validation seeds ('' to keep the policy's)")
+    # queued 1-8 and ensembled 1, 2, 4 since 2026-12-04: on one training, push scored 0.92 ensembled every 2 steps
+    # vs 0.81 queued (8 steps), while lift and pick did better queued (vla_bc.json, temporal_ensembling_2026_12_04)
+    p.add_argument("--select-executed", default="1,2,3,4,8",
+                   help="ours: executed steps per chunk (queued) to choose from on validation seeds ('' with an empty "
+                        "--select-ensembled keeps the policy's)")
+    p.add_argument("--select-ensembled", default="1,2,4",
+                   help="ours: steps between chunks with ACT's temporal ensembling, as candidates too")
     p.add_argument("--select-episodes", type=int, default=40, help="validation episodes per task and candidate")
+    p.add_argument("--temporal-ensemble", type=float, default=0.01,
+                   help="ours: ACT's coefficient m of the --select-ensembled candidates (ACT's own: 0.01)")
     p.add_argument("--one-executed-for-all", action="store_true",
                    help="ours: choose one executed-steps value for every task (default: each task its own)")
     p.add_argument("--episodes", type=int, default=100, help="evaluation episodes per task")
@@ -472,13 +507,16 @@ def main() -> None:
                                 a.ours_peak_rss_mib)
                    if a.reuse_training else train_ours(a.data, a.work / "ours", cap, a.ours_steps, a.seed, a.ours))
             policies[m] = load_policy(rec["policy"])
-            if a.select_executed and not a.executed_steps:
+            candidates = [Execution(int(k)) for k in a.select_executed.split(",") if k] + [
+                Execution(int(k), a.temporal_ensemble) for k in a.select_ensembled.split(",") if k]
+            if candidates and not a.executed_steps:
                 policies[m].eval()
-                rec["executed_steps_selection"] = select_executed_steps(
-                    policies[m], [int(k) for k in a.select_executed.split(",")], a.select_episodes, a.num_envs,
-                    4242 + a.seed, per_task=not a.one_executed_for_all)
+                rec["executed_steps_selection"] = select_execution(
+                    policies[m], candidates, a.select_episodes, a.num_envs, 4242 + a.seed,
+                    per_task=not a.one_executed_for_all)
                 rec["executed_steps_at_eval"] = policies[m].cfg.executed_steps
                 rec["executed_steps_by_task_at_eval"] = dict(policies[m].cfg.executed_steps_by_task)
+                rec["temporal_ensemble_by_task_at_eval"] = dict(policies[m].cfg.temporal_ensemble_by_task)
             if a.executed_steps:  # a deployment setting of the chunked policy, chosen on other seeds than eval's
                 set_executed_steps(policies[m], a.executed_steps)
                 rec["executed_steps_at_eval"] = a.executed_steps

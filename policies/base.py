@@ -53,6 +53,17 @@ class Policy(nn.Module, ABC):
         every instruction; a policy may keep a per-task value (``FlowVLAConfig.executed_steps_by_task``)."""
         return self.executed_steps
 
+    @property
+    def temporal_ensemble(self) -> float | None:
+        """ACT's temporal-ensembling coefficient m for a chunking policy (``policies.execution.ActionQueue``: each
+        step executes the weighted mean of every chunk's prediction for it), or None: chunks run as a queue."""
+        return None
+
+    def temporal_ensemble_for(self, task: str | None) -> float | None:
+        """``temporal_ensemble`` for an episode of this instruction (None: unknown); a policy may keep a per-task
+        value (``FlowVLAConfig.temporal_ensemble_by_task``)."""
+        return self.temporal_ensemble
+
     @abstractmethod
     def act(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
         """Actions in the action space of the env the policy was trained for: [N, A] when ``horizon == 1``, else a

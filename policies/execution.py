@@ -12,6 +12,8 @@ import torch
 from policies import keys
 from policies.base import Policy
 
+FROM_POLICY = object()  # ActionQueue's temporal_ensemble default: the policy's own ``temporal_ensemble``
+
 
 def ensemble_weights(num: int, coeff: float) -> torch.Tensor:
     """ACT's temporal-ensembling weights [num], oldest prediction first: w_i = exp(−coeff · i) / Σ_j exp(−coeff · j).
@@ -42,6 +44,24 @@ def set_executed_steps(policy: Policy, k: int) -> None:
     policy.cfg = dataclasses.replace(policy.cfg, **fields)
 
 
+def set_temporal_ensemble(policy: Policy, m: float | None) -> None:
+    """Make a chunking policy blend its chunks by ACT's temporal ensembling with coefficient ``m`` (None: run each
+    chunk as a queue) for every task (a per-task map, where the config keeps one, gives way); it is then asked every
+    executed steps. ``robot-rl eval temporal_ensemble=m``; benchmarks.
+
+    Raises:
+        ValueError: the policy acts one step at a time, or its config has no ``temporal_ensemble``.
+    """
+    horizon = int(policy.horizon)
+    if horizon == 1 or not dataclasses.is_dataclass(policy.cfg) or not hasattr(policy.cfg, "temporal_ensemble"):
+        raise ValueError(f"bad config: temporal_ensemble={m} is for chunking policies that keep one; this "
+                         f"{policy.type_name} policy has horizon {horizon}")
+    fields: dict[str, Any] = {"temporal_ensemble": None if m is None else float(m)}
+    if hasattr(policy.cfg, "temporal_ensemble_by_task"):  # the per-task values give way to the one asked for
+        fields["temporal_ensemble_by_task"] = {}
+    policy.cfg = dataclasses.replace(policy.cfg, **fields)
+
+
 def subset_obs(obs: Mapping[str, Any], env_ids: torch.Tensor) -> dict[str, Any]:
     """The rows ``env_ids`` of every observation entry: tensors indexed on their first dim, lists and tuples
     (``task``: list[str]) picked element by element; anything else (a str, None) passed as it is."""
@@ -62,59 +82,65 @@ class ActionQueue:
     """Turns a policy's ``act`` into one action [N, A] per control step.
 
     A step policy (``horizon == 1``) is asked every step. A chunking policy is asked only for the envs that are
-    ``due``, in one of two modes:
+    ``due``: each env asks again after ``policy.executed_steps_for`` its instruction (``obs["task"]``, when the
+    observation carries one; a policy may execute more or fewer steps per task) and runs its chunks in one of two
+    modes, per env (``policy.temporal_ensemble_for`` its instruction, unless the queue is given one for all):
 
-    - queue (default): each env executes the first ``executed_steps`` actions of its chunk, then asks again
-      (``policy.executed_steps_for`` its instruction, ``obs["task"]``, when the observation carries one: a policy
-      may execute more or fewer steps per task);
-    - temporal ensembling (``temporal_ensemble=m``, ACT's): each env asks every ``query_every`` steps (1 <=
-      query_every <= H) and executes, at each step, the weighted mean of every prediction any of its chunks made
-      for that step, oldest first, w_i ∝ exp(−m · i) (``ensemble_weights``), so consecutive chunks blend smoothly.
+    - queue (None): it executes the first executed steps of each chunk;
+    - temporal ensembling (a coefficient m, ACT's): it executes, at each step, the weighted mean of every
+      prediction any of its chunks made for that step, oldest first, w_i ∝ exp(−m · i) (``ensemble_weights``), so
+      consecutive chunks blend smoothly.
 
-    Chunks are validated on arrival (shape [n, H, A], finite), so a malformed chunk is an error before any of it
-    is executed. Observation entries that are not tensors (``task``: list[str]) pass through, subset like the
-    tensors. Call ``reset(env_ids)`` when those envs start a new episode (their queue and the policy's own
-    per-env state are cleared).
+    Both keep, per env and future step, Σ w·a and Σ w (a queue's new chunk replaces what it held, with w = 1), so
+    envs of both modes step together. Chunks are validated on arrival (shape [n, H, A], finite), so a malformed
+    chunk is an error before any of it is executed. Observation entries that are not tensors (``task``: list[str])
+    pass through, subset like the tensors. Call ``reset(env_ids)`` when those envs start a new episode (their queue
+    and the policy's own per-env state are cleared).
 
     Args:
         policy: any ``Policy``.
         num_envs: N.
         action_dim: A.
         deterministic: ask the policy for its deterministic action (evaluation, deployment).
-        temporal_ensemble: ACT's coefficient m (None: the plain queue); chunking policies only.
-        query_every: steps between a chunking policy's calls per env when ensembling.
+        temporal_ensemble: ACT's coefficient m for every env, or None: the queue for every env (default: the
+            policy's own, per instruction, as exported); chunking policies only.
+        query_every: steps between a chunking policy's calls per env (None: its executed steps).
     """
 
     def __init__(self, policy: Policy, num_envs: int, action_dim: int, deterministic: bool = True,
-                 temporal_ensemble: float | None = None, query_every: int = 1) -> None:
+                 temporal_ensemble: float | None | object = FROM_POLICY, query_every: int | None = None) -> None:
         self.policy, self.num_envs, self.action_dim, self.deterministic = policy, num_envs, action_dim, deterministic
         self.horizon, self.executed = int(policy.horizon), int(policy.executed_steps)
         if not 1 <= self.executed <= self.horizon:
             raise ValueError(f"{type(policy).__name__}: executed_steps {self.executed} must be in [1, horizon "
                              f"{self.horizon}]")
-        self.ensemble = None if temporal_ensemble is None else float(temporal_ensemble)
+        self.forced = temporal_ensemble is not FROM_POLICY
+        self.ensemble = None if temporal_ensemble is FROM_POLICY or temporal_ensemble is None \
+            else float(temporal_ensemble)
         if self.ensemble is not None:
             if self.horizon == 1:
                 raise ValueError(f"temporal ensembling needs a chunking policy; {type(policy).__name__} has horizon 1")
-            if not math.isfinite(self.ensemble) or not 1 <= query_every <= self.horizon:
-                raise ValueError(f"temporal_ensemble must be finite ({self.ensemble}) and query_every in [1, horizon "
-                                 f"{self.horizon}] ({query_every})")
+            if not math.isfinite(self.ensemble):
+                raise ValueError(f"temporal_ensemble must be finite, got {self.ensemble}")
+        if query_every is not None and not 1 <= query_every <= self.horizon:
+            raise ValueError(f"query_every must be in [1, horizon {self.horizon}], got {query_every}")
+        self.query_every = query_every
         self.device = policy.device
-        # steps between an env's calls, per env; pos = steps taken from its chunk (>= period: due)
-        self.period = torch.full((num_envs,), query_every if self.ensemble is not None else self.executed,
-                                 dtype=torch.long, device=self.device)
-        self.chunk = torch.zeros(num_envs, self.horizon, action_dim, device=self.device)
-        if self.ensemble is not None:  # per env and future step k: Σ w·a, Σ w, number of predictions so far
-            self.weight = torch.zeros(num_envs, self.horizon, device=self.device)
-            self.count = torch.zeros(num_envs, self.horizon, device=self.device)
-        self.pos = torch.full((num_envs,), self.horizon, dtype=torch.long, device=self.device)  # all due
+        n, h = num_envs, self.horizon
+        # steps between an env's calls, per env; pos = steps taken since its last call (>= period: due)
+        self.period = torch.full((n,), query_every or self.executed, dtype=torch.long, device=self.device)
+        self.pos = torch.full((n,), h, dtype=torch.long, device=self.device)  # all due
+        # per env: m of its current episode (NaN: the queue), and per future step Σ w·a, Σ w, predictions so far
+        self.coeff = torch.full((n,), math.nan, device=self.device)
+        self.chunk = torch.zeros(n, h, action_dim, device=self.device)
+        self.weight = torch.zeros(n, h, device=self.device)
+        self.count = torch.zeros(n, h, device=self.device)
 
     def reset(self, env_ids: torch.Tensor | None = None) -> None:
         """Drop the queued actions of these envs (all when None) and reset the policy's state for them."""
         ids = slice(None) if env_ids is None else env_ids.to(self.device)
         self.pos[ids] = self.horizon
-        if self.ensemble is not None:
-            self.chunk[ids], self.weight[ids], self.count[ids] = 0.0, 0.0, 0.0
+        self.chunk[ids], self.weight[ids], self.count[ids] = 0.0, 0.0, 0.0
         self.policy.reset(env_ids)
 
     def due(self) -> torch.Tensor:
@@ -134,24 +160,37 @@ class ActionQueue:
         if len(need):
             sub = obs if len(need) == self.num_envs else subset_obs(obs, need)
             chunk = self._checked(self.policy.act(sub, deterministic=self.deterministic), len(need))
-            if self.ensemble is None:
-                self.chunk[need] = chunk
+            if self.query_every is None:
                 self.period[need] = self._executed(sub, len(need))
-            else:  # the i-th prediction for a step (i = predictions made before it) weighs exp(−m·i)
-                w = torch.exp(-self.ensemble * self.count[need])
-                self.chunk[need] += w[..., None] * chunk
-                self.weight[need] += w
-                self.count[need] += 1
+            m = self._coefficients(sub, len(need))
+            self.coeff[need] = m
+            queued = m.isnan()  # a queue's new chunk replaces what the env held
+            count = torch.where(queued[:, None], 0.0, self.count[need])
+            w = torch.exp(-torch.nan_to_num(m)[:, None] * count)  # the i-th prediction for a step weighs exp(−m·i)
+            self.chunk[need] = torch.where(queued[:, None, None], 0.0, self.chunk[need]) + w[..., None] * chunk
+            self.weight[need] = torch.where(queued[:, None], 0.0, self.weight[need]) + w
+            self.count[need] = count + 1
             self.pos[need] = 0
-        if self.ensemble is None:
-            action = self.chunk[torch.arange(self.num_envs, device=self.device), self.pos]
-        else:  # execute step 0's weighted mean, then shift every env's future one step left
-            action = self.chunk[:, 0] / self.weight[:, 0, None]
-            for buf in (self.chunk, self.weight, self.count):
-                buf[:, :-1] = buf[:, 1:].clone()
-                buf[:, -1] = 0.0
+        action = self.chunk[:, 0] / self.weight[:, 0, None]  # step 0's weighted mean, then every env's future shifts
+        for buf in (self.chunk, self.weight, self.count):
+            buf[:, :-1] = buf[:, 1:].clone()
+            buf[:, -1] = 0.0
         self.pos += 1
         return action
+
+    def _coefficients(self, obs: Mapping[str, Any], n: int) -> torch.Tensor:
+        """[n] ensembling coefficients of these envs' episodes (NaN: the queue): the one given to the queue, else
+        per instruction where the observation has one (``policy.temporal_ensemble_for``), else the policy's."""
+        if self.forced:
+            return torch.full((n,), math.nan if self.ensemble is None else self.ensemble, device=self.device)
+        tasks = obs.get(keys.TASK)
+        if not isinstance(tasks, list | tuple) or len(tasks) != n:
+            tasks = [None] * n
+        values = [self.policy.temporal_ensemble_for(t) for t in tasks]
+        bad = sorted({str(v) for v in values if v is not None and not math.isfinite(v)})
+        if bad:
+            raise ValueError(f"{type(self.policy).__name__}.temporal_ensemble_for gave {bad}: not finite")
+        return torch.tensor([math.nan if v is None else float(v) for v in values], device=self.device)
 
     def _executed(self, obs: Mapping[str, Any], n: int) -> torch.Tensor:
         """[n] actions to execute from each of these envs' new chunks: per instruction where the observation has

@@ -149,7 +149,9 @@ class PolicyDriver:
     ``async_inference`` and of real-time chunking, without the inpainting). The steps taken from each chunk are
     ``min(executed_steps, horizon - L)``. What the arm does does not depend on how fast the thread is: the chunk is
     a function of the frame it was given, and a tick that finds it unfinished waits for it. L = 0: each chunk is
-    computed inside the tick that needs it (the tick then takes the inference's time too).
+    computed inside the tick that needs it (the tick then takes the inference's time too). For an instruction the
+    policy runs with ACT's temporal ensembling (``temporal_ensemble_for``), each step from a new chunk's arrival on
+    is the weighted mean of every chunk's prediction for it, as in ``policies.execution.ActionQueue``.
 
     Raises (at construction, before anything moves):
         SafetyConfigError: the policy's action size differs from the robot's, it reads a camera the robot lacks or
@@ -187,6 +189,9 @@ class PolicyDriver:
                                     "chunks: use a lookahead < the chunk horizon")
         self.chunk: torch.Tensor | None = None
         self.pos = self.end = 0  # the next step of the queued chunk, and where its executed steps end
+        # temporal ensembling: per step of ``chunk``, the summed weights and the number of predictions blended
+        self._weights: torch.Tensor | None = None
+        self._counts: torch.Tensor | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future | None = None
         self._skip = 0  # ticks between the pending chunk's frame and its first use
@@ -196,6 +201,7 @@ class PolicyDriver:
         control)."""
         self._drop_pending()
         self.chunk, self.pos, self.end = None, 0, 0
+        self._weights = self._counts = None
         self.policy.reset(None)
 
     def close(self) -> None:
@@ -257,9 +263,39 @@ class PolicyDriver:
         if self.view is not None:  # the env's normalised actions -> joint targets from the scene now
             chunk = self.view.to_target(chunk[:, 0].to(self.view.device)).cpu()[:, None]
             chunk = chunk.float()
+        m = self._ensemble(frame)
+        if m is not None:  # from now on: this chunk's steps blended with what the earlier ones predicted for them
+            chunk, skip = self._blend(chunk[:, skip:], m), 0
+        else:
+            self._weights = self._counts = None
         self.chunk, self.pos = chunk, skip + 1
-        self.end = min(skip + self._executed(frame), self.horizon) if self.horizon > 1 else 1
+        self.end = min(skip + self._executed(frame), chunk.shape[1]) if self.horizon > 1 else 1
         return chunk[:, skip], chunk[:, skip]
+
+    def _ensemble(self, frame: dict[str, Any]) -> float | None:
+        """ACT's temporal-ensembling coefficient for the frame's instruction (``temporal_ensemble_for``; None: the
+        queue). Chunked policies only."""
+        if self.horizon == 1:
+            return None
+        task = frame.get(keys.TASK)
+        task = task[0] if isinstance(task, list | tuple) and task else task if isinstance(task, str) else None
+        return self.policy.temporal_ensemble_for(task)
+
+    def _blend(self, new: torch.Tensor, m: float) -> torch.Tensor:
+        """The steps from now on [1, K, 6]: the weighted mean of every chunk's prediction for each, oldest first,
+        w_i = exp(-m * i) (``policies.execution.ActionQueue``'s rule), from the blend so far (its summed weights and
+        prediction counts kept per step) and this chunk's steps ``new`` [1, K, 6]."""
+        k = new.shape[1]
+        weight, count = torch.ones(k), torch.ones(k)
+        if self.chunk is not None and self._weights is not None:
+            old, old_w, old_n = self.chunk[:, self.pos:], self._weights[self.pos:], self._counts[self.pos:]
+            j = min(k, old.shape[1])
+            w = torch.exp(-m * old_n[:j])
+            new = new.clone()
+            new[:, :j] = (old_w[:j, None] * old[:, :j] + w[:, None] * new[:, :j]) / (old_w[:j, None] + w[:, None])
+            weight[:j], count[:j] = old_w[:j] + w, old_n[:j] + 1
+        self._weights, self._counts = weight, count
+        return new
 
 
 # ------------------------------------------------------------------------------------------------- the session

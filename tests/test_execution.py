@@ -121,7 +121,7 @@ def test_due_names_the_envs_asked_next():
 def test_ensembling_options_are_checked():
     with pytest.raises(ValueError, match="needs a chunking policy"):
         ActionQueue(_Counter(horizon=1), num_envs=1, action_dim=1, temporal_ensemble=0.01)
-    with pytest.raises(ValueError, match=r"query_every in \[1, horizon 3\] \(4\)"):
+    with pytest.raises(ValueError, match=r"query_every must be in \[1, horizon 3\], got 4"):
         ActionQueue(_Counter(horizon=3), num_envs=1, action_dim=1, temporal_ensemble=0.01, query_every=4)
     with pytest.raises(ValueError, match="returned shape"):
         ActionQueue(_Counter(horizon=3, action_dim=2), num_envs=1, action_dim=1, temporal_ensemble=0.0)(_frame(1))
@@ -166,3 +166,55 @@ def test_queue_without_instructions_uses_executed_steps():
     for _ in range(4):
         q(frame)
     assert pol.calls == 2
+
+
+class _Blending(_PerTask):
+    """_PerTask exported with ACT's temporal ensembling (what ``FlowVLAConfig.temporal_ensemble`` carries)."""
+
+    temporal_ensemble = 1.0
+
+
+E1 = 0.3678794412  # exp(-1)
+# H = 4, m = 1, env 0 ("task 0") asked every step and env 1 every 3 steps; chunk c (the c-th call) predicts 10c + j
+# at its step j, so env 0 holds chunks 0-3 and env 1 chunks 0 and 3 (asked at steps 0 and 3).
+ENSEMBLED_ENV0 = [0.0, (1 + 10 * E1) / (1 + E1), (2 + 11 * E1 + 20 * E1**2) / (1 + E1 + E1**2),
+                  (3 + 12 * E1 + 21 * E1**2 + 30 * E1**3) / (1 + E1 + E1**2 + E1**3)]
+
+
+def _four_steps(q: ActionQueue) -> tuple[list[torch.Tensor], list[list[int]]]:
+    got, due = [], []
+    for _ in range(4):
+        due.append(q.due().tolist())
+        got.append(q(_frame(2))[:, 0])
+    return got, due
+
+
+def test_the_policys_own_ensembling_is_the_default_and_asks_every_executed_steps_per_task():
+    pol = _Blending(horizon=4, executed=4)
+    got, due = _four_steps(ActionQueue(pol, num_envs=2, action_dim=1))
+    assert due == [[0, 1], [0], [0], [0, 1]] and pol.calls == 4
+    ensembled_env1 = [0.0, 1.0, 2.0, (3 + 30 * E1) / (1 + E1)]  # alone until its second chunk (the call at step 3)
+    for g, w0, w1 in zip(got, ENSEMBLED_ENV0, ensembled_env1, strict=True):
+        torch.testing.assert_close(g, torch.tensor([w0, w1]), rtol=1e-6, atol=1e-5)
+    # An explicit choice overrides what the policy carries: None runs every env as a queue.
+    queued, _ = _four_steps(ActionQueue(_Blending(horizon=4, executed=4), num_envs=2, action_dim=1,
+                                        temporal_ensemble=None))
+    assert [g.tolist() for g in queued] == [[0.0, 0.0], [10.0, 1.0], [20.0, 2.0], [30.0, 30.0]]
+
+
+class _BlendingOne(_PerTask):
+    """_PerTask that ensembles (m = 1) the episodes of "task 0" only: the others run as a queue."""
+
+    def temporal_ensemble_for(self, task):
+        return 1.0 if task == "task 0" else None
+
+
+def test_envs_of_one_queue_ensemble_or_queue_by_their_instruction():
+    pol = _BlendingOne(horizon=4, executed=4)
+    q = ActionQueue(pol, num_envs=2, action_dim=1)
+    got, due = _four_steps(q)
+    assert due == [[0, 1], [0], [0], [0, 1]]
+    assert q.coeff[0] == 1.0 and q.coeff[1].isnan()
+    queued_env1 = [0.0, 1.0, 2.0, 30.0]  # chunk 0's first 3 steps, then chunk 3 replaces it
+    for g, w0, w1 in zip(got, ENSEMBLED_ENV0, queued_env1, strict=True):
+        torch.testing.assert_close(g, torch.tensor([w0, w1]), rtol=1e-6, atol=1e-5)

@@ -399,7 +399,8 @@ def test_runs_through_an_action_queue_with_task_strings():
     frame = {k: v for k, v in _batch(3, uint8=True).items() if k not in (keys.ACTION_COL, keys.ACTION_IS_PAD,
                                                                           CONDITION_KEY)}
     for ensemble in (None, 0.01):
-        q = ActionQueue(pol, num_envs=3, action_dim=6, temporal_ensemble=ensemble)
+        q = ActionQueue(pol, num_envs=3, action_dim=6, temporal_ensemble=ensemble,
+                        query_every=None if ensemble is None else 1)
         first = q(frame)
         assert first.shape == (3, 6) and torch.isfinite(first).all()
         torch.testing.assert_close(first, pol.act(frame)[:, 0])
@@ -407,6 +408,31 @@ def test_runs_through_an_action_queue_with_task_strings():
         assert q.due().tolist() == ([1] if ensemble is None else [0, 1, 2])
         assert torch.isfinite(q(frame)).all()
     assert math.isclose(float(pol.action_std[0]), 22.0)
+
+
+def test_temporal_ensembling_per_task_is_saved_with_the_policy_checked_and_set(tmp_path):
+    from policies.execution import set_temporal_ensemble
+    from policies.gaussian import GaussianPolicy, GaussianPolicyConfig
+
+    pol = _policy(temporal_ensemble=0.01, temporal_ensemble_by_task={"Pick up the red cube.": None,
+                                                                     "pick up the green cube": 0.5})
+    pol.eval().save(tmp_path / "vla")
+    back = load_policy(tmp_path / "vla")
+    assert back.temporal_ensemble == 0.01
+    assert back.temporal_ensemble_for("pick up the  RED cube") is None  # matched as executed_steps_by_task
+    assert back.temporal_ensemble_for("pick up the green cube") == 0.5
+    assert back.temporal_ensemble_for("pick up the blue cube") == 0.01 and back.temporal_ensemble_for(None) == 0.01
+    assert _policy().temporal_ensemble_for("pick up the red cube") is None  # the default: the queue
+    set_temporal_ensemble(back, None)  # one value for every task: the map gives way
+    assert back.temporal_ensemble_for("pick up the green cube") is None and back.cfg.temporal_ensemble_by_task == {}
+    set_temporal_ensemble(back, 0.5)
+    assert back.temporal_ensemble_for("pick up the red cube") == 0.5
+    for bad in ({"temporal_ensemble": float("nan")}, {"temporal_ensemble": True}, {"temporal_ensemble": "0.01"},
+                {"temporal_ensemble_by_task": {"pick up the red cube": math.inf}}):
+        with pytest.raises(ValueError, match="must be a finite number or None"):
+            FlowVLAConfig(**bad)
+    with pytest.raises(ValueError, match="for chunking policies"):
+        set_temporal_ensemble(GaussianPolicy(GaussianPolicyConfig(obs_dim=3, action_dim=2)), 0.01)
 
 
 def test_executed_steps_per_task_are_matched_by_normalised_instruction_and_saved(tmp_path):

@@ -118,6 +118,21 @@ class FlowVLAPolicy(Policy):
     def executed_steps(self) -> int:
         return self.cfg.executed_steps
 
+    @property
+    def temporal_ensemble(self) -> float | None:
+        return self.cfg.temporal_ensemble
+
+    def temporal_ensemble_for(self, task: str | None) -> float | None:
+        """``cfg.temporal_ensemble_by_task``'s value for this instruction (matched by ``task_key``; None there: the
+        queue), else ``cfg.temporal_ensemble``."""
+        by_task = self.cfg.temporal_ensemble_by_task
+        if task is not None and by_task:
+            want = task_key(task)
+            for t, m in by_task.items():
+                if task_key(t) == want:
+                    return m
+        return self.cfg.temporal_ensemble
+
     def executed_steps_for(self, task: str | None) -> int:
         """``cfg.executed_steps_by_task``'s value for this instruction (matched by ``task_key``), else
         ``cfg.executed_steps``."""

@@ -25,7 +25,7 @@ from lerobot.configs.policies import PreTrainedConfig
 from lerobot.policies.pretrained import PreTrainedPolicy
 from lerobot.utils.constants import OBS_STATE
 
-from policies import Policy, keys, load_policy
+from policies import ActionQueue, Policy, keys, load_policy
 from real import features
 from real.lerobot_policy.configuration_robot_rl import RobotRLConfig
 from sim import so101
@@ -85,6 +85,7 @@ class RobotRLPolicy(PreTrainedPolicy):
         horizon = int(inner.horizon)
         self.n_action_steps = min(horizon, config.n_action_steps or int(inner.executed_steps))
         self._pending: list[torch.Tensor] = []  # queued actions [B, 6] in the policy's space
+        self._ensembler: ActionQueue | None = None  # for instructions the policy runs with temporal ensembling
 
     # ------------------------------------------------------------------------------------------- loading
     @classmethod
@@ -118,6 +119,7 @@ class RobotRLPolicy(PreTrainedPolicy):
     def reset(self) -> None:
         """Drop queued actions and the wrapped policy's per-episode state (LeRobot calls this between episodes)."""
         self._pending.clear()
+        self._ensembler = None
         self.inner.reset()
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict | None]:
@@ -134,8 +136,17 @@ class RobotRLPolicy(PreTrainedPolicy):
     @torch.no_grad()
     def select_action(self, batch: dict[str, Any], **kwargs: Any) -> torch.Tensor:
         """float32 [B, 6] in the robot's units: the next action, from a queue of the first ``n_action_steps``
-        actions of the latest chunk (a new chunk is asked for when the queue is empty)."""
+        actions of the latest chunk (a new chunk is asked for when the queue is empty), or, for an instruction the
+        policy runs with ACT's temporal ensembling (``temporal_ensemble_for``), the blend of every chunk's
+        prediction for this step (``policies.execution.ActionQueue``; a chunk every ``n_action_steps``)."""
         frame, state_deg = self._inputs(batch)
+        tasks = frame.get(keys.TASK) or [None]
+        if int(self.inner.horizon) > 1 and self.inner.temporal_ensemble_for(tasks[0]) is not None:
+            b = state_deg.shape[0]
+            if self._ensembler is None or self._ensembler.num_envs != b:
+                self._ensembler = ActionQueue(self.inner, b, len(so101.JOINT_NAMES),
+                                              query_every=self.n_action_steps if self.config.n_action_steps else None)
+            return self._to_robot(self._ensembler(frame), state_deg)
         if not self._pending or self._pending[0].shape[0] != state_deg.shape[0]:
             out = self._act(frame)
             self._pending = [out[:, i] for i in range(self._steps_for(frame))]

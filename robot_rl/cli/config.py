@@ -90,6 +90,9 @@ class EvalCommand(EvalSettings):
     # a chunking policy's actions executed per chunk in this evaluation, for every task (None: the policy's own,
     # per task where it keeps them); recorded in eval.json
     executed_steps: int | None = None
+    # ACT's temporal-ensembling coefficient for a chunking policy in this evaluation (None: the policy's own);
+    # recorded in eval.json
+    temporal_ensemble: float | None = None
 
 
 def typed(cls: type, values: dict[str, Any], where: str) -> Any:

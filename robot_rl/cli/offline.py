@@ -92,6 +92,7 @@ def offline_algo_schemas() -> dict[str, dict[str, Any]]:
     policy = defaults_of(FlowVLAConfig, DATA_SIZED)
     # instruction -> steps: the keys are the user's task strings, so this one map is open (struct off)
     policy["executed_steps_by_task"] = OmegaConf.create({}, flags={"struct": False})
+    policy["temporal_ensemble_by_task"] = OmegaConf.create({}, flags={"struct": False})  # instruction -> m or None
     bc = {**defaults_of(BCConfig, ("total_updates",)), "policy": policy}
     advantages = {"value": {**defaults_of(ValueTrainConfig, ("model",)),
                             "model": defaults_of(ValueConfig, VALUE_SIZED)},

@@ -120,6 +120,38 @@ def test_lerobots_deployment_queues_the_policys_executed_steps_for_the_task(vla_
     assert engine._policy.n_action_steps == 2 and not engine._policy._pending  # 1 queued from each chunk, used
 
 
+def _export_with(vla_export: Path, tmp_path: Path, name: str, **cfg_keys) -> Path:
+    """The tiny VLA's export with these config keys changed, exported for LeRobot."""
+    import shutil
+    inner_dir = tmp_path / name
+    shutil.copytree(vla_export, inner_dir)
+    cfg_file = inner_dir / "config.json"
+    cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()), **cfg_keys}))
+    return export_for_lerobot(inner_dir, tmp_path / f"lerobot_{name}")
+
+
+def test_lerobots_deployment_blends_chunks_where_the_policy_ensembles(vla_export, tmp_path):
+    robot = SO101SimRobot(SO101SimRobotConfig(calibration_dir=tmp_path / "cal", image_height=32, image_width=32))
+    robot.connect()
+    frame = build_dataset_frame(hw_to_dataset_features(robot.observation_features, OBS_STR),
+                                robot.get_observation(), prefix=OBS_STR)
+    actions = {}
+    for name, keys_ in (("ensembled", {"temporal_ensemble_by_task": {TASK: 0.5}}),  # a chunk every 2 steps, blended
+                        ("whole", {"executed_steps_by_task": {TASK: 4}})):  # one chunk's 4 steps, queued
+        engine = _rollout_calls(_export_with(vla_export, tmp_path, name, **keys_), robot)
+        engine.reset()
+        actions[name] = [engine.get_action(frame) for _ in range(3)]
+    assert engine._policy._ensembler is None  # the queue ran "whole"
+    # The same observation gives the same chunk c each time: steps 0 and 1 are chunk 0's alone; step 2 blends
+    # chunk 0's step 2 (weight 1) with chunk 1's step 0 (weight e^-0.5), where a queue of 2 steps would give c[0].
+    c, e = actions["whole"], math.exp(-0.5)
+    got = actions["ensembled"]
+    torch.testing.assert_close(got[0], c[0], atol=1e-3, rtol=0)
+    torch.testing.assert_close(got[1], c[1], atol=1e-3, rtol=0)
+    torch.testing.assert_close(got[2], (c[2] + e * c[0]) / (1 + e), atol=1e-3, rtol=0)
+    assert not torch.allclose(got[2], c[0], atol=1e-2) and not torch.allclose(got[2], c[2], atol=1e-2)
+
+
 def test_lerobot_rollout_runs_our_vla_on_so101_sim(vla_export, tmp_path):
     out = export_for_lerobot(vla_export, tmp_path / "lerobot_policy")
     root = tmp_path / "rollout"

@@ -370,6 +370,37 @@ def test_the_driver_executes_the_policys_steps_for_the_frames_instruction(tmp_pa
         assert got == want, task
 
 
+def test_the_driver_blends_chunks_for_an_instruction_the_policy_ensembles(tmp_path):
+    """ACT's temporal ensembling as ``ActionQueue`` runs it in simulation: each step the weighted mean of every
+    chunk's prediction for it, oldest first, w_i = exp(-m i); other instructions keep the queue."""
+    import math
+    _robot, _bus, safety = arm(tmp_path)
+
+    class Ensembling(ScriptedPolicy):
+        def executed_steps_for(self, task):
+            return 2 if task == "stack" else self.executed_steps
+
+        def temporal_ensemble_for(self, task):
+            return 1.0 if task == "stack" else None
+
+    def plan(state, call):  # step k of the c-th chunk is 100 c + k
+        return torch.stack([torch.full((6,), 100.0 * call + k) for k in range(6)])[None]
+
+    e = math.exp(-1.0)
+    # chunks at ticks 0, 2, 4: tick 2 blends chunk 1's step 2 (weight 1) with chunk 2's step 0 (e^-1); tick 4 chunk
+    # 1's step 4, chunk 2's step 2 (e^-1) and chunk 3's step 0 (e^-2)
+    want = {"stack": [100, 101, (102 + 200 * e) / (1 + e), (103 + 201 * e) / (1 + e),
+                      (104 + 202 * e + 300 * e * e) / (1 + e + e * e)],
+            "other": [100, 101, 102, 200, 201]}
+    for task, expected in want.items():
+        driver = PolicyDriver(Ensembling(plan, horizon=6, executed_steps=3), safety, None, None)
+        got = [float(driver.propose({keys.OBS_STATE: torch.zeros(1, 6), keys.TASK: [task]})[0][0, 0])
+               for _ in range(5)]
+        assert got == pytest.approx(expected, abs=1e-4), task
+    driver.reset()  # a new episode starts from its own first chunk, nothing blended in
+    assert float(driver.propose({keys.OBS_STATE: torch.zeros(1, 6), keys.TASK: ["stack"]})[0][0, 0]) == 300.0
+
+
 def test_a_lookahead_that_skips_the_whole_chunk_is_refused(tmp_path):
     from real.safety import SafetyConfigError
 
