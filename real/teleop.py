@@ -217,11 +217,15 @@ class PolicyDriver:
                 self._pending.result()
             self._pending = None
 
+    @staticmethod
+    def _task(frame: dict[str, Any]) -> str | None:
+        """The frame's instruction (None: it has none)."""
+        task = frame.get(keys.TASK)
+        return task[0] if isinstance(task, list | tuple) and task else task if isinstance(task, str) else None
+
     def _executed(self, frame: dict[str, Any]) -> int:
         """Steps of a chunk to execute: the policy's for the frame's instruction (``executed_steps_for``)."""
-        task = frame.get(keys.TASK)
-        task = task[0] if isinstance(task, list | tuple) and task else task if isinstance(task, str) else None
-        return int(self.policy.executed_steps_for(task))
+        return int(self.policy.executed_steps_for(self._task(frame)))
 
     def _act(self, obs: dict[str, Any]) -> Any:
         with torch.no_grad():  # grad mode is per thread
@@ -275,11 +279,7 @@ class PolicyDriver:
     def _ensemble(self, frame: dict[str, Any]) -> float | None:
         """ACT's temporal-ensembling coefficient for the frame's instruction (``temporal_ensemble_for``; None: the
         queue). Chunked policies only."""
-        if self.horizon == 1:
-            return None
-        task = frame.get(keys.TASK)
-        task = task[0] if isinstance(task, list | tuple) and task else task if isinstance(task, str) else None
-        return self.policy.temporal_ensemble_for(task)
+        return None if self.horizon == 1 else self.policy.temporal_ensemble_for(self._task(frame))
 
     def _blend(self, new: torch.Tensor, m: float) -> torch.Tensor:
         """The steps from now on [1, K, 6]: the weighted mean of every chunk's prediction for each, oldest first,
