@@ -24,6 +24,20 @@ def ensemble_weights(num: int, coeff: float) -> torch.Tensor:
     return (w / w.sum()).float()
 
 
+def add_to_ensemble(total: torch.Tensor, weight: torch.Tensor, count: torch.Tensor, chunk: torch.Tensor,
+                    coeff: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One more chunk into ACT's temporal-ensembling sums, row by row, for the same K future steps: ``total`` Σ w·a
+    [n, K, A], ``weight`` Σ w [n, K] and ``count`` the predictions so far [n, K]; the i-th prediction for a step
+    weighs exp(−m · i) (``ensemble_weights``), m = ``coeff`` [n]. A row whose m is NaN runs as a queue: it restarts
+    from this chunk alone. Returns the new (total, weight, count); the step's action is total / weight."""
+    queued = coeff.isnan()
+    count = torch.where(queued[:, None], 0.0, count)
+    w = torch.exp(-torch.nan_to_num(coeff)[:, None] * count)
+    total = torch.where(queued[:, None, None], 0.0, total) + w[..., None] * chunk
+    weight = torch.where(queued[:, None], 0.0, weight) + w
+    return total, weight, count + 1
+
+
 def set_executed_steps(policy: Policy, k: int) -> None:
     """Make a chunking policy execute ``k`` actions of each chunk, for every task (a per-task map, where the config
     keeps one, gives way). ``robot-rl eval executed_steps=k``; benchmarks sweeping k.
@@ -164,12 +178,8 @@ class ActionQueue:
                 self.period[need] = self._executed(sub, len(need))
             m = self._coefficients(sub, len(need))
             self.coeff[need] = m
-            queued = m.isnan()  # a queue's new chunk replaces what the env held
-            count = torch.where(queued[:, None], 0.0, self.count[need])
-            w = torch.exp(-torch.nan_to_num(m)[:, None] * count)  # the i-th prediction for a step weighs exp(−m·i)
-            self.chunk[need] = torch.where(queued[:, None, None], 0.0, self.chunk[need]) + w[..., None] * chunk
-            self.weight[need] = torch.where(queued[:, None], 0.0, self.weight[need]) + w
-            self.count[need] = count + 1
+            self.chunk[need], self.weight[need], self.count[need] = add_to_ensemble(
+                self.chunk[need], self.weight[need], self.count[need], chunk, m)
             self.pos[need] = 0
         action = self.chunk[:, 0] / self.weight[:, 0, None]  # step 0's weighted mean, then every env's future shifts
         for buf in (self.chunk, self.weight, self.count):

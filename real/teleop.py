@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import torch
 
 from policies import keys
+from policies.execution import add_to_ensemble
 from real.robot_env import RobotEnv, safe_disconnect
 from real.safety import ActionRejected, SafetyConfigError, SafetyFilter, SafetyGuard, TeleopLost
 
@@ -282,21 +283,18 @@ class PolicyDriver:
         return None if self.horizon == 1 else self.policy.temporal_ensemble_for(self._task(frame))
 
     def _blend(self, new: torch.Tensor, m: float) -> torch.Tensor:
-        """The steps from now on [1, K, 6]: the weighted mean of every chunk's prediction for each, oldest first,
-        w_i = exp(-m * i) (``policies.execution.ActionQueue``'s rule), from the blend so far (its summed weights and
-        prediction counts kept per step) and this chunk's steps ``new`` [1, K, 6]."""
+        """The steps from now on [1, K, 6]: the weighted mean of every chunk's prediction for each
+        (``policies.execution.add_to_ensemble``), from the blend so far (its summed weights and prediction counts
+        kept per step) and this chunk's steps ``new`` [1, K, 6]."""
         k = new.shape[1]
-        weight, count = torch.ones(k), torch.ones(k)
+        total, weight, count = torch.zeros_like(new), torch.zeros(1, k), torch.zeros(1, k)
         if self.chunk is not None and self._weights is not None:
-            old, old_w, old_n = self.chunk[:, self.pos:], self._weights[self.pos:], self._counts[self.pos:]
-            j = min(k, old.shape[1])
-            w = torch.exp(-m * old_n[:j])
-            new = new.clone()
-            new[:, :j] = (old_w[:j, None] * old[:, :j] + w[:, None] * new[:, :j]) / (old_w[:j, None] + w[:, None])
-            weight[:j], count[:j] = old_w[:j] + w, old_n[:j] + 1
-        self._weights, self._counts = weight, count
-        return new
-
+            j = min(k, self.chunk.shape[1] - self.pos)
+            weight[0, :j], count[0, :j] = self._weights[self.pos:self.pos + j], self._counts[self.pos:self.pos + j]
+            total[:, :j] = self.chunk[:, self.pos:self.pos + j] * weight[:, :j, None]
+        total, weight, count = add_to_ensemble(total, weight, count, new, torch.tensor([float(m)]))
+        self._weights, self._counts = weight[0], count[0]
+        return total / weight[..., None]
 
 # ------------------------------------------------------------------------------------------------- the session
 @dataclass

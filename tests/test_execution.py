@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from policies import ActionQueue, Policy, keys
-from policies.execution import ensemble_weights, subset_obs
+from policies.execution import add_to_ensemble, ensemble_weights, subset_obs
 
 
 class _Counter(Policy):
@@ -48,6 +48,20 @@ def test_ensemble_weights_by_hand():
     torch.testing.assert_close(ensemble_weights(3, 0.5), torch.tensor([0.5064804, 0.3071959, 0.1863237]))
     torch.testing.assert_close(ensemble_weights(4, 0.0), torch.full((4,), 0.25))
     assert ensemble_weights(2, -1.0)[1] > ensemble_weights(2, -1.0)[0]  # m < 0 favours the newest
+
+
+def test_add_to_ensemble_by_hand():
+    # K = 2 steps, A = 1. Row 0 ensembles (m = 1): step 0 holds 2 predictions summing to 3 (weight 1.5), step 1 none;
+    # row 1 queues (m NaN): whatever it held is dropped.
+    total = torch.tensor([[[3.0], [0.0]], [[7.0], [7.0]]])
+    weight = torch.tensor([[1.5, 0.0], [1.0, 1.0]])
+    count = torch.tensor([[2.0, 0.0], [1.0, 1.0]])
+    chunk = torch.tensor([[[10.0], [20.0]], [[5.0], [6.0]]])
+    t, w, n = add_to_ensemble(total, weight, count, chunk, torch.tensor([1.0, float("nan")]))
+    e2 = 0.1353352832  # exp(-2): the third prediction for row 0's step 0
+    torch.testing.assert_close(t, torch.tensor([[[3.0 + 10 * e2], [20.0]], [[5.0], [6.0]]]))
+    torch.testing.assert_close(w, torch.tensor([[1.5 + e2, 1.0], [1.0, 1.0]]))
+    torch.testing.assert_close(n, torch.tensor([[3.0, 1.0], [1.0, 1.0]]))
 
 
 def test_temporal_ensembling_by_hand():
