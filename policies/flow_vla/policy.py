@@ -125,22 +125,12 @@ class FlowVLAPolicy(Policy):
     def temporal_ensemble_for(self, task: str | None) -> float | None:
         """``cfg.temporal_ensemble_by_task``'s value for this instruction (matched by ``task_key``; None there: the
         queue), else ``cfg.temporal_ensemble``."""
-        by_task = self.cfg.temporal_ensemble_by_task
-        if task is not None and by_task:
-            want = task_key(task)
-            for t, m in by_task.items():
-                if task_key(t) == want:
-                    return m
-        return self.cfg.temporal_ensemble
+        return _for_task(self.cfg.temporal_ensemble_by_task, task, self.cfg.temporal_ensemble)
 
     def executed_steps_for(self, task: str | None) -> int:
         """``cfg.executed_steps_by_task``'s value for this instruction (matched by ``task_key``), else
         ``cfg.executed_steps``."""
-        by_task = self.cfg.executed_steps_by_task
-        if task is None or not by_task:
-            return self.cfg.executed_steps
-        want = task_key(task)
-        return next((int(k) for t, k in by_task.items() if task_key(t) == want), self.cfg.executed_steps)
+        return int(_for_task(self.cfg.executed_steps_by_task, task, self.cfg.executed_steps))
 
     # ------------------------------------------------------------------------------------------ statistics
     @torch.no_grad()
@@ -341,6 +331,17 @@ def _mean_std(stats: Stats, feature: str, dim: int) -> tuple[torch.Tensor, torch
     if bool((out[1] < 0).any()):
         raise ValueError(f"dataset statistic {feature}.std is negative: {out[1].tolist()}")
     return out[0], out[1]
+
+
+def _for_task(by_task: Mapping[str, Any], task: str | None, default: Any) -> Any:
+    """``by_task``'s value for this instruction, the keys matched as ``task_key`` normalises them (a value of None
+    counts as set); ``default`` when none matches or the instruction is unknown."""
+    if task is not None and by_task:
+        want = task_key(task)
+        for t, value in by_task.items():
+            if task_key(t) == want:
+                return value
+    return default
 
 
 def relative_chunk_stats(state: torch.Tensor, action: torch.Tensor, episode_end: torch.Tensor,

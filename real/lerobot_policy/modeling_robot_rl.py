@@ -140,8 +140,7 @@ class RobotRLPolicy(PreTrainedPolicy):
         policy runs with ACT's temporal ensembling (``temporal_ensemble_for``), the blend of every chunk's
         prediction for this step (``policies.execution.ActionQueue``; a chunk every ``n_action_steps``)."""
         frame, state_deg = self._inputs(batch)
-        tasks = frame.get(keys.TASK) or [None]
-        if int(self.inner.horizon) > 1 and self.inner.temporal_ensemble_for(tasks[0]) is not None:
+        if int(self.inner.horizon) > 1 and self.inner.temporal_ensemble_for(self._task(frame)) is not None:
             b = state_deg.shape[0]
             if self._ensembler is None or self._ensembler.num_envs != b:
                 self._ensembler = ActionQueue(self.inner, b, len(so101.JOINT_NAMES),
@@ -158,8 +157,12 @@ class RobotRLPolicy(PreTrainedPolicy):
         batch's (first) instruction (``executed_steps_for``), at most the horizon."""
         if self.config.n_action_steps:
             return self.n_action_steps
-        tasks = frame.get(keys.TASK) or [None]
-        return min(int(self.inner.horizon), int(self.inner.executed_steps_for(tasks[0])))
+        return min(int(self.inner.horizon), int(self.inner.executed_steps_for(self._task(frame))))
+
+    @staticmethod
+    def _task(frame: dict[str, Any]) -> str | None:
+        """The batch's (first) instruction, None when it has none."""
+        return (frame.get(keys.TASK) or [None])[0]
 
     def _inputs(self, batch: dict[str, Any]) -> tuple[dict[str, Any], torch.Tensor]:
         """(the wrapped policy's observation, the joints in degrees [B, 6]) of a LeRobot batch."""
