@@ -12,7 +12,8 @@
    on a quiet 2-core machine: by default as the steps each made in that time (``QUIET_STEPS_15MIN``, so a busy
    machine changes the wall time, not the result), or as wall-clock itself (``--budget minutes``, quiet only).
    How ours runs its chunks is chosen on validation seeds, per task: the actions executed per chunk, queued
-   (``--select-executed``) or blended by ACT's temporal ensembling (``--select-ensembled``).
+   (``--select-executed``) or blended by ACT's temporal ensembling (``--select-ensembled``); each chunk is the mean of
+   ``--mean-of-samples`` sampled ones.
 3. **Evaluation, one loop for all.** ``robot_rl.evaluation.evaluate`` over ``sim.lerobot_view.LeRobotView`` (the
    policy's cameras and image size), 100 seeded episodes per task, with the same visual randomization but other
    seeds than the demonstrations. For so101_pick the instruction shown to the policy is also swapped for another
@@ -47,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from benchmarks.common import RESULTS, goal, robot_rl_command, save_figure, write_result
-from policies.execution import set_executed_steps, set_temporal_ensemble
+from policies.execution import set_executed_steps, set_mean_of_samples, set_temporal_ensemble
+from policies.flow_vla.config import FlowVLAConfig
 from robot_rl.cli.collect import DISTURBANCE_DURING
 
 NAME = "vla_bc"
@@ -431,6 +433,9 @@ def main() -> None:
     p.add_argument("--select-episodes", type=int, default=40, help="validation episodes per task and candidate")
     p.add_argument("--temporal-ensemble", type=float, default=0.01,
                    help="ours: ACT's coefficient m of the --select-ensembled candidates (ACT's own: 0.01)")
+    p.add_argument("--mean-of-samples", type=int, default=FlowVLAConfig().mean_of_samples,
+                   help="ours: act with the mean of this many sampled chunks per observation (set before the "
+                        "selection; policies trained before the option exist load with 1)")
     p.add_argument("--one-executed-for-all", action="store_true",
                    help="ours: choose one executed-steps value for every task (default: each task its own)")
     p.add_argument("--episodes", type=int, default=100, help="evaluation episodes per task")
@@ -507,6 +512,8 @@ def main() -> None:
                                 a.ours_peak_rss_mib)
                    if a.reuse_training else train_ours(a.data, a.work / "ours", cap, a.ours_steps, a.seed, a.ours))
             policies[m] = load_policy(rec["policy"])
+            set_mean_of_samples(policies[m], a.mean_of_samples)
+            rec["mean_of_samples_at_eval"] = a.mean_of_samples
             candidates = [Execution(int(k)) for k in a.select_executed.split(",") if k] + [
                 Execution(int(k), a.temporal_ensemble) for k in a.select_ensembled.split(",") if k]
             if candidates and not a.executed_steps:

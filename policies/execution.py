@@ -76,6 +76,21 @@ def set_temporal_ensemble(policy: Policy, m: float | None) -> None:
     policy.cfg = dataclasses.replace(policy.cfg, **fields)
 
 
+def set_mean_of_samples(policy: Policy, k: int) -> None:
+    """Make a sampling policy act with the mean of ``k`` sampled chunks per observation (the flow VLA's
+    ``mean_of_samples``; 1: one sample). ``robot-rl eval mean_of_samples=k``; benchmarks.
+
+    Raises:
+        ValueError: the policy's config has no ``mean_of_samples``, or k < 1.
+    """
+    if not dataclasses.is_dataclass(policy.cfg) or not hasattr(policy.cfg, "mean_of_samples"):
+        raise ValueError(f"bad config: mean_of_samples={k} is for policies that sample their actions (the flow VLA); "
+                         f"this {policy.type_name} policy does not")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"bad config: mean_of_samples={k} must be an int >= 1")
+    policy.cfg = dataclasses.replace(policy.cfg, mean_of_samples=k)
+
+
 def subset_obs(obs: Mapping[str, Any], env_ids: torch.Tensor) -> dict[str, Any]:
     """The rows ``env_ids`` of every observation entry: tensors indexed on their first dim, lists and tuples
     (``task``: list[str]) picked element by element; anything else (a str, None) passed as it is."""

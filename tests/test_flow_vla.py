@@ -296,7 +296,7 @@ def test_images_as_uint8_or_float_give_the_same_actions_and_shapes_are_checked()
 
 
 def test_deterministic_sampling_starts_from_one_fixed_noise():
-    pol = _policy().eval()
+    pol = _policy(mean_of_samples=1).eval()
     frame = {k: v for k, v in _batch(3).items() if k != keys.ACTION_COL}
     det = pol.act(frame)
     eps = torch.randn(4, 6, generator=torch.Generator().manual_seed(pol.cfg.noise_seed))
@@ -306,6 +306,40 @@ def test_deterministic_sampling_starts_from_one_fixed_noise():
     torch.manual_seed(1)
     assert not torch.allclose(pol.act(frame, deterministic=False), det)
     assert not torch.allclose(pol.act(frame, noise=torch.zeros(3, 4, 6)), det)
+
+
+@pytest.mark.parametrize("conditioning", [False, True])
+def test_the_action_is_the_mean_of_chunks_from_successive_fixed_draws(conditioning):
+    k = 3
+    pol = _policy(mean_of_samples=k, conditioning=conditioning, guidance_beta=1.5).eval()
+    with torch.no_grad():  # off the zero-initialised FiLM, so that the indicator changes the chunk
+        for i, p in enumerate(pol.model.parameters()):
+            p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(i)))
+    frame = {key: v for key, v in _batch(3).items() if key != keys.ACTION_COL}  # indicators 1, 0, 0
+    if conditioning:
+        flipped = {**frame, CONDITION_KEY: ~frame[CONDITION_KEY]}
+        assert (pol.act(flipped) - pol.act(frame)).abs().max() > 0.1
+    g = torch.Generator().manual_seed(pol.cfg.noise_seed)
+    draws = [torch.randn(4, 6, generator=g) for _ in range(k)]  # eps*_1, eps*_2, eps*_3 by hand
+    by_draw = torch.stack([pol.act(frame, noise=e.expand(3, 4, 6)) for e in draws])
+    torch.testing.assert_close(pol.act(frame), by_draw.mean(dim=0), rtol=1e-5, atol=1e-4)
+    assert (by_draw[0] - by_draw[1]).abs().max() > 0.1  # the draws differ, so the mean is not one of them
+    torch.testing.assert_close(pol.fixed_noise(2)[1, 0], draws[0], rtol=0, atol=0)  # K = 1's eps* comes first
+    torch.manual_seed(3)
+    fresh = pol.act(frame, deterministic=False)
+    torch.manual_seed(3)
+    eps = torch.randn(3 * k, 4, 6).unflatten(0, (3, k))  # env-major, as act draws them
+    expected = torch.stack([pol.act(frame, noise=eps[:, j]) for j in range(k)]).mean(dim=0)
+    torch.testing.assert_close(fresh, expected, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="mean_of_samples"):
+        _tiny_cfg(mean_of_samples=0)
+    from policies.execution import set_mean_of_samples
+    from policies.gaussian import GaussianPolicy, GaussianPolicyConfig
+
+    set_mean_of_samples(pol, 1)  # one sample: the chunk of eps*_1
+    torch.testing.assert_close(pol.act(frame), by_draw[0], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="policies that sample"):
+        set_mean_of_samples(GaussianPolicy(GaussianPolicyConfig(obs_dim=3, action_dim=2)), 4)
 
 
 def test_conditioning_dropout_and_guidance():
@@ -380,18 +414,20 @@ def test_save_load_round_trip_gives_identical_actions(tmp_path, fine):
     # (loadable without training code: policies/ imports nothing of robot_rl, tests/test_import_direction.py)
 
 
-def test_a_config_saved_before_fine_keypoints_existed_loads_without_them(tmp_path):
-    pol = _policy(fine_keypoints=False, conv_channels=[8, 8, 16], conv_strides=[2, 2, 2]).eval()
+def test_a_config_saved_before_fine_keypoints_and_sample_means_loads_without_them(tmp_path):
+    pol = _policy(fine_keypoints=False, mean_of_samples=1, conv_channels=[8, 8, 16], conv_strides=[2, 2, 2]).eval()
     pol.save(tmp_path / "vla")
     cfg_file = tmp_path / "vla" / "config.json"
     raw = json.loads(cfg_file.read_text())
-    del raw["fine_keypoints"]  # as written before the option existed
+    del raw["fine_keypoints"], raw["mean_of_samples"]  # as written before the options existed
     cfg_file.write_text(json.dumps(raw))
     back = load_policy(tmp_path / "vla")
     assert back.cfg.fine_keypoints is False and FlowVLAConfig().fine_keypoints is True
+    assert back.cfg.mean_of_samples == 1 and FlowVLAConfig().mean_of_samples > 1
     frame = {k: v for k, v in _batch(2, uint8=True).items() if k != keys.ACTION_COL}
     noise = torch.randn(2, 4, 6)
     assert torch.equal(back.act(frame, noise=noise), pol.act(frame, noise=noise))
+    assert torch.equal(back.act(frame), pol.act(frame))  # one chunk from eps*, as such a policy was evaluated
 
 
 def test_runs_through_an_action_queue_with_task_strings():

@@ -7,10 +7,10 @@ Actions are joint position targets in degrees, chunks [N, H, A]. Normalisation: 
 ``cfg.relative_actions``, the chunk minus the frame's joints by ``delta_mean`` / ``delta_std`` [H, A]; images are
 scaled to [-1, 1]. No privileged simulator state is read.
 
-Sampling (``act``): x_1 = ε (when ``deterministic``, one fixed draw ε* from ``cfg.noise_seed`` for every env: the
+Sampling (``act``): x_1 = ε (when ``deterministic``, fixed draws ε* from ``cfg.noise_seed`` for every env: the
 same chunk for the same frame, whatever the batch it is in; fresh N(0, I) otherwise; or the ``noise`` given), then
-``cfg.num_steps`` Euler steps to t = 0
-(``policies.flow_vla.flow``). With conditioning, the indicator of each frame (``CONDITION_KEY``; 1 when absent)
+``cfg.num_steps`` Euler steps to t = 0 (``policies.flow_vla.flow``); the action is the mean of
+``cfg.mean_of_samples`` such chunks per frame (one when ``noise`` is given). With conditioning, the indicator of each frame (``CONDITION_KEY``; 1 when absent)
 conditions v_c, and v = v_u + β (v_c − v_u) with β = ``cfg.guidance_beta``.
 """
 
@@ -262,21 +262,29 @@ class FlowVLAPolicy(Policy):
 
         Args:
             obs: a frame (see the module docstring); ``CONDITION_KEY`` [N] optional (default: positive).
-            deterministic: start every env from the fixed ε* (``fixed_noise``), else from fresh ε ~ N(0, I);
-                ignored when ``noise`` is given.
-            noise: ε [N, H, A] in normalised action units.
+            deterministic: start every env's ``cfg.mean_of_samples`` chunks from the fixed ε*_1..K (``fixed_noise``),
+                else from fresh ε ~ N(0, I); ignored when ``noise`` is given.
+            noise: ε [N, H, A] in normalised action units: one chunk per env from it, no mean.
         """
         cfg = self.cfg
         context = self._encode(obs)
         n = context.shape[0]
         shape = (n, cfg.horizon, cfg.action_dim)
+        indicator = obs.get(CONDITION_KEY)
+        k = 1 if noise is not None else cfg.mean_of_samples
         if noise is not None:
             if tuple(noise.shape) != shape:
                 raise ValueError(f"noise has shape {list(noise.shape)}, expected {list(shape)}")
             x1 = noise.to(context)
+        elif deterministic:
+            x1 = self.fixed_noise(n).flatten(0, 1)  # [n·K, H, A], env-major
         else:
-            x1 = self.fixed_noise(n) if deterministic else torch.randn(shape, device=self.device)
-        x0 = self._integrate(context, x1, obs.get(CONDITION_KEY))
+            x1 = torch.randn(n * k, *shape[1:], device=self.device)
+        if k > 1:  # the K samples of an env side by side in one batch; the encoders ran once
+            context = context.repeat_interleave(k, dim=0)
+            if indicator is not None:
+                indicator = self._condition_ids(indicator, n).repeat_interleave(k) == COND_POSITIVE
+        x0 = self._integrate(context, x1, indicator).unflatten(0, (n, k)).mean(dim=1)
         return self.denormalize_actions(x0, self._raw_state(obs, n))
 
     def _raw_state(self, frame: Mapping[str, Any], n: int) -> torch.Tensor:
@@ -287,10 +295,12 @@ class FlowVLAPolicy(Policy):
         return state
 
     def fixed_noise(self, n: int) -> torch.Tensor:
-        """ε* [n, H, A]: one N(0, I) draw from ``cfg.noise_seed`` (on the CPU generator), repeated for n envs."""
+        """ε*_1..K [n, K, H, A] (K = ``cfg.mean_of_samples``): K successive N(0, I) [H, A] draws from one CPU
+        generator seeded with ``cfg.noise_seed`` (the first is the ε* of K = 1), the same for all n envs."""
         g = torch.Generator().manual_seed(self.cfg.noise_seed)
-        eps = torch.randn(self.cfg.horizon, self.cfg.action_dim, generator=g)
-        return eps.to(self.device).expand(n, -1, -1)
+        eps = torch.stack([torch.randn(self.cfg.horizon, self.cfg.action_dim, generator=g)
+                           for _ in range(self.cfg.mean_of_samples)])
+        return eps.to(self.device).expand(n, -1, -1, -1)
 
     def _integrate(self, context: torch.Tensor, x1: torch.Tensor, indicator: Any) -> torch.Tensor:
         """x_0 [N, H, A] from x_1 by Euler steps of v: plain, conditional (β = 1), or guided, v_u and v_c in one

@@ -93,6 +93,9 @@ class EvalCommand(EvalSettings):
     # ACT's temporal-ensembling coefficient for a chunking policy in this evaluation (None: the policy's own);
     # recorded in eval.json
     temporal_ensemble: float | None = None
+    # a sampling policy's (the flow VLA's) sampled chunks averaged per observation in this evaluation (None: the
+    # policy's own); recorded in eval.json
+    mean_of_samples: int | None = None
 
 
 def typed(cls: type, values: dict[str, Any], where: str) -> Any:

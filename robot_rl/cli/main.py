@@ -107,7 +107,7 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     from policies import load_policy
-    from policies.execution import set_executed_steps, set_temporal_ensemble
+    from policies.execution import set_executed_steps, set_mean_of_samples, set_temporal_ensemble
     from robot_rl.checkpoint import POLICY_DIR, load_meta
     from robot_rl.cli.config import EvalCommand, resolve_device, typed
     from sim.randomization import RandomizationConfig
@@ -122,6 +122,8 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
         set_executed_steps(policy, e.executed_steps)
     if e.temporal_ensemble is not None:
         set_temporal_ensemble(policy, e.temporal_ensemble)
+    if e.mean_of_samples is not None:
+        set_mean_of_samples(policy, e.mean_of_samples)
     if "task" in meta:  # trained in simulation: evaluated on its own task
         if e.task is not None:
             raise ValueError(f"{folder} was trained on task {meta['task']!r}: task= is for policies trained offline")
@@ -144,7 +146,8 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     out_dir = Path(e.out_dir) if e.out_dir else run_dir / f"eval_{folder.name}"
     ev = dataclasses.replace(e, checkpoint=str(folder))
     extra = {"checkpoint": str(folder), "env_steps": meta.get("env_steps"), "iteration": meta.get("iteration"),
-             "executed_steps": e.executed_steps, "temporal_ensemble": e.temporal_ensemble}
+             "executed_steps": e.executed_steps, "temporal_ensemble": e.temporal_ensemble,
+             "mean_of_samples": e.mean_of_samples}
     return _report(out_dir, policy, task, task_cfg, sim_cfg, ev, device, run_dir, extra)
 
 
