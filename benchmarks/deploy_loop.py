@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -76,6 +77,7 @@ def train(task: str, arm: str, run_dir: Path, args: argparse.Namespace) -> dict[
     done = run_dir / "deploy_loop_train.json"
     if done.is_file():
         return json.loads(done.read_text())
+    shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run: trained again from the start
     algo = TASKS[task]
     steps = args.reach_steps if task == "so101_reach" else args.lift_steps
     minutes = args.reach_minutes if task == "so101_reach" else args.lift_minutes

@@ -225,6 +225,20 @@ def _remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
 
 
+def check_new_run_dir(run_dir: str | Path) -> None:
+    """Refuse to start a new run (no ``resume=``) in a folder that holds another run's checkpoints: the new learning
+    curve would follow the old one in its file, and old checkpoints of later iterations would outlive the new run as
+    the folder's last ones. Nothing is written or removed.
+
+    Raises:
+        ValueError: ``run_dir/checkpoints`` holds an ``iter_*`` checkpoint; names the folder and the two ways on.
+    """
+    ckpts = Path(run_dir) / CHECKPOINTS_DIR
+    if ckpts.is_dir() and any(p.name.startswith("iter_") for p in ckpts.iterdir()):
+        raise ValueError(f"bad config: run_dir={run_dir} already holds a run ({ckpts}); resume={run_dir} continues "
+                         f"it, and another run_dir (or none: a new timestamped folder) starts a new one")
+
+
 def remove_partial_writes(root: str | Path) -> list[Path]:
     """Delete the ``.tmp-*`` entries in the ``checkpoints/`` folder ``root``: checkpoints, pointers and pruned
     folders a killed or failed writer left half-written. A run calls this before writing anything else, so that a

@@ -180,6 +180,14 @@ def test_resume_refuses_a_different_task(trained_run, capsys):
     assert "cannot resume" in err and "so101_lift" in err and "obs_spec" in err, err
 
 
+def test_a_new_run_into_a_finished_runs_folder_is_refused_before_anything_is_written(trained_run, capsys):
+    before = {p: p.stat().st_mtime_ns for p in trained_run.rglob("*")}
+    assert main(["train", *TINY, f"run_dir={trained_run}", "logger.progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert f"run_dir={trained_run} already holds a run" in err and f"resume={trained_run}" in err, err
+    assert before == {p: p.stat().st_mtime_ns for p in trained_run.rglob("*")}
+
+
 def test_resume_refuses_a_pickle(tmp_path, capsys):
     (tmp_path / "model.pt").write_bytes(b"\x80\x04K\x01.")
     assert main(["train", f"resume={tmp_path / 'model.pt'}", "logger.progress=false"]) == 2

@@ -54,6 +54,27 @@ def test_resumed_offline_run_equals_an_uninterrupted_one(lerobot_dataset, tmp_pa
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def test_a_new_run_in_a_folder_holding_a_run_is_refused_and_the_old_run_kept(lerobot_dataset, tmp_path, capsys):
+    import hashlib
+
+    from robot_rl.logging import read_curve
+
+    run = tmp_path / "run"
+    assert _offline(lerobot_dataset, run, "steps=6", "checkpoint_every=1") == 0
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.rglob("*")) if p.is_file()}
+    capsys.readouterr()
+    assert _offline(lerobot_dataset, run, "steps=3") == 2  # no resume=: it would mix its curve into the old one's
+    err = capsys.readouterr().err
+    assert f"run_dir={run} already holds a run" in err and f"resume={run}" in err, err
+    assert before == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.rglob("*")) if p.is_file()}
+    # a run that stopped before its first checkpoint leaves only a curve: the next run starts its own
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / "curve.jsonl").write_text('{"iteration": 7, "updates": 21, "wall_s": 1.0, "loss": 9.0}\n')
+    assert _offline(lerobot_dataset, stopped, "steps=3") == 0
+    assert [p["iteration"] for p in read_curve(stopped)] == [1]
+
+
 @pytest.mark.parametrize("overrides, message", [
     ([*TINY, "algo.policy.hiden_dim=3"], "hiden_dim"),
     ([*TINY, "dataset.root=/nonexistent/dataset"], "/nonexistent/dataset"),

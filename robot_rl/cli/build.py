@@ -267,7 +267,7 @@ def build_training(cfg: Any) -> Training:
     """
     from omegaconf import OmegaConf
 
-    from robot_rl.checkpoint import CHECKPOINTS_DIR, remove_partial_writes
+    from robot_rl.checkpoint import CHECKPOINTS_DIR, check_new_run_dir, remove_partial_writes
     from sim.registry import ISAACLAB, config_from_dict, make_env, sim_config_from_dict
 
     full = OmegaConf.to_container(cfg, resolve=True)
@@ -295,6 +295,7 @@ def build_training(cfg: Any) -> Training:
     else:
         stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
         run_dir = Path(s.run_dir or f"runs/{task_name}_{algo_name}_{stamp}")
+        check_new_run_dir(run_dir)
     env = make_env(task_name, sim_cfg, task_cfg)
     algo, runner_keys = build_algorithm(algo_name, algo_raw, env, device)
     demo = build_demo_buffer(demo_s, algo_name, env, algo, task_cfg, device)  # before any write: a bad one fails here
@@ -315,6 +316,8 @@ def build_training(cfg: Any) -> Training:
         logger.truncate_curve(runner.iteration)
         print(f"resumed from {ckpt.path} at iteration {runner.iteration} ({runner.env_steps} env steps)",
               file=sys.stderr)
+    else:  # the points of a run that stopped here before its first checkpoint are not this run's
+        logger.truncate_curve(0)
     return Training(full, s, ckpt_s, eval_s, task_name, task_cfg, sim_cfg, device, env, algo, runner, logger,
                     run_dir)
 

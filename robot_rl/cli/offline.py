@@ -180,6 +180,7 @@ def build_offline(cfg: Any) -> OfflineTraining:
     from robot_rl.checkpoint import (
         CHECKPOINTS_DIR,
         CheckpointManager,
+        check_new_run_dir,
         check_resume_compatible,
         load_checkpoint,
         remove_partial_writes,
@@ -204,6 +205,8 @@ def build_offline(cfg: Any) -> OfflineTraining:
     seed_everything(s.seed)
     torch.set_num_threads(s.torch_threads)
     ckpt = load_checkpoint(s.resume) if s.resume else None
+    if ckpt is None and s.run_dir:  # before anything is decoded
+        check_new_run_dir(s.run_dir)
     policy_raw = algo_raw.pop("policy", {})
     adv_cfg, awr_cfg, recap_cfg = None, None, None
     if algo_name in ("recap", "awr"):  # settings and the outcome column checked before anything is decoded
@@ -267,6 +270,8 @@ def build_offline(cfg: Any) -> OfflineTraining:
         runner.restore(ckpt)
         logger.truncate_curve(runner.iteration)
         print(f"resumed from {ckpt.path} at update {runner.updates}", file=sys.stderr)
+    else:  # the points of a run that stopped here before its first checkpoint are not this run's
+        logger.truncate_curve(0)
     return OfflineTraining(full, s, sampler, algo, runner, logger, run_dir)
 
 
