@@ -105,9 +105,10 @@ class FlowVLAConfig:
     # seed-0 policy of 2026-12-04 (validation seeds, 100 episodes per task, 3 executed steps), K = 1 / 8 / 16:
     # lift 0.80 / 0.98 / 0.96, push 0.57 / 0.71 / 0.84, pick 0.83 / 0.96 / 0.87; reach (200 episodes, 1 executed
     # step) 0.885 / - / 0.925; on its evaluation seeds reach / lift / push / pick 0.88 / 0.90 / 0.97 / 0.78 with one
-    # sample, 0.92 / 0.97 / 0.99 / 0.86 with 16 (vla_bc.json, "mean_of_samples_2026_12_04"; over separately trained
-    # seeds the gain is within a training run's swing). Policies saved before the option load with 1
-    # (``ABSENT_KEY_DEFAULTS``), as they were evaluated.
+    # sample, 0.92 / 0.97 / 0.99 / 0.86 with 16; on three seeds' weights 0.83 / 0.92 / 0.93 / 0.83 vs 0.91 / 0.98 /
+    # 0.94 / 0.85 (vla_bc.json, "mean_of_samples_2026_12_04"; between separately trained policies a training run's
+    # swing is as large). Policies saved before the option load with 1 (``ABSENT_KEY_DEFAULTS``), as they were
+    # evaluated.
     mean_of_samples: int = 16
     action_std_min: float = 1e-2  # degrees: floor of the action std used for normalisation (constant joints)
     # Predict each chunk relative to the joints at its first frame (a_h - q, normalised per chunk step h by the
