@@ -280,11 +280,7 @@ class FlowVLAPolicy(Policy):
             x1 = self.fixed_noise(n).flatten(0, 1)  # [n·K, H, A], env-major
         else:
             x1 = torch.randn(n * k, *shape[1:], device=self.device)
-        if k > 1:  # the K samples of an env side by side in one batch; the encoders ran once
-            context = context.repeat_interleave(k, dim=0)
-            if indicator is not None:
-                indicator = self._condition_ids(indicator, n).repeat_interleave(k) == COND_POSITIVE
-        x0 = self._integrate(context, x1, indicator).unflatten(0, (n, k)).mean(dim=1)
+        x0 = self._integrate(context, x1, indicator, k).unflatten(0, (n, k)).mean(dim=1)
         return self.denormalize_actions(x0, self._raw_state(obs, n))
 
     def _raw_state(self, frame: Mapping[str, Any], n: int) -> torch.Tensor:
@@ -302,15 +298,17 @@ class FlowVLAPolicy(Policy):
                            for _ in range(self.cfg.mean_of_samples)])
         return eps.to(self.device).expand(n, -1, -1, -1)
 
-    def _integrate(self, context: torch.Tensor, x1: torch.Tensor, indicator: Any) -> torch.Tensor:
-        """x_0 [N, H, A] from x_1 by Euler steps of v: plain, conditional (β = 1), or guided, v_u and v_c in one
-        batched pass. The blocks' FiLM parameters of every step are computed at once (they do not depend on x)."""
+    def _integrate(self, context: torch.Tensor, x1: torch.Tensor, indicator: Any, samples: int = 1) -> torch.Tensor:
+        """x_0 [N·samples, H, A] from x_1 by Euler steps of v: plain, conditional (β = 1), or guided, v_u and v_c in
+        one batched pass; each of the N contexts (and indicators) serves its ``samples`` rows of x_1, side by side.
+        The blocks' FiLM parameters of every step are computed at once (they do not depend on x)."""
         cfg, n = self.cfg, context.shape[0]
         guided = cfg.conditioning and cfg.guidance_beta != 1.0
         cond = None
         if cfg.conditioning:
             cond = (torch.full((n,), COND_POSITIVE, device=self.device) if indicator is None
-                    else self._condition_ids(indicator, n))
+                    else self._condition_ids(indicator, n)).repeat_interleave(samples)
+        context = context.repeat_interleave(samples, dim=0)  # the encoders ran once per frame
         if guided:
             context, cond = torch.cat([context, context]), torch.cat([torch.full_like(cond, COND_NONE), cond])
         m, k_steps = context.shape[0], cfg.num_steps
