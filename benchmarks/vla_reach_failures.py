@@ -1,7 +1,7 @@
 """How a trained VLA fails so101_reach (and, with ``--task so101_pick``, so101_pick: which cube rose, how close the
 grasp came to the named one; with ``--task so101_push``, so101_push: how close the jaws came to the cube, how far the
 cube moved and where it ended against the goal). Reach, per episode: the closest and the last tool-to-target distance, the tool's
-last position and the shoulder pan's course, read from the simulator (diagnosis only; the policy sees what
+last position, the shoulder pan's course and whether the target lay inside the front camera's frame, read from the simulator (diagnosis only; the policy sees what
 ``benchmarks/vla_bc.py`` shows it: cameras, joints, instruction, under the same visual DR and seeds).
 
     python benchmarks/vla_reach_failures.py --policy RUN/checkpoints/iter_XXXXXXXX/policy --executed-steps 4
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -56,6 +57,19 @@ def _rollout(policy: Any, task_name: str, episodes: int, num_envs: int, seed: in
             _episodes_ended(act, done)
 
 
+def front_view_ndc(model: Any, points: torch.Tensor, camera: str = "front") -> torch.Tensor:
+    """Where world ``points`` [P, 3] (m) fall in ``camera``'s image, [P, 2] (u right, v up) in [-1, 1] when inside the
+    frame, from the model's nominal camera pose and field of view (square images; visual DR's camera jitter, ~1 cm,
+    left out)."""
+    import mujoco
+
+    cid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+    rot = torch.as_tensor(model.cam_mat0[cid].reshape(3, 3), dtype=torch.float64)  # columns: x right, y up, z back
+    d = (points.double() - torch.as_tensor(model.cam_pos0[cid], dtype=torch.float64)) @ rot
+    f = 1.0 / math.tan(math.radians(float(model.cam_fovy[cid])) / 2)
+    return torch.stack([f * d[:, 0] / -d[:, 2], f * d[:, 1] / -d[:, 2]], dim=1)
+
+
 def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     pan_traces: list[list[float]] = [[] for _ in range(traces)]
@@ -73,9 +87,12 @@ def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) 
         for i in range(num_envs):
             if done[i]:  # the state is the next episode's already: this episode's last step was the one before
                 if counted[i]:
+                    uv = front_view_ndc(env.physics.model, target[i : i + 1])[0]
                     rows.append({"success": bool(success[i]), "closest_m": round(float(closest[i]), 4),
                                  "last_m": round(float(last[i]), 4), "target": [round(float(x), 3) for x in target[i]],
-                                 "tool_last": [round(float(x), 3) for x in tool[i]]})
+                                 "tool_last": [round(float(x), 3) for x in tool[i]],
+                                 "target_front_uv": [round(float(x), 3) for x in uv],
+                                 "target_in_front_view": bool(uv.abs().max() < 1.0)})
                 closest[i], first_episode[i] = float("inf"), False
             else:
                 d = float(torch.linalg.norm(ee[i] - target[i]))
@@ -85,6 +102,7 @@ def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) 
         target[done] = task.target.cpu()[done]
     fails = [r for r in rows if not r["success"]]
     far = [r for r in fails if r["last_m"] > 0.10]
+    unseen = [r for r in rows if not r["target_in_front_view"]]  # the target's centre outside the front camera's frame
     return {
         "episodes": len(rows), "success": sum(r["success"] for r in rows) / len(rows),
         "failures": len(fails),
@@ -92,6 +110,7 @@ def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) 
         "failures_came_within_5cm": sum(r["closest_m"] < 0.05 for r in fails),
         "failures_ending_over_10cm_away": len(far),
         "far_failures_tool_last_abs_y_median": statistics.median(abs(r["tool_last"][1]) for r in far) if far else None,
+        "target_out_of_front_view": len(unseen), "target_out_of_front_view_successes": sum(r["success"] for r in unseen),
         "pan_deg_first_episodes": pan_traces, "per_episode": rows,
     }
 
@@ -198,6 +217,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", type=Path, required=True, help="an exported flow-VLA policy folder")
     p.add_argument("--executed-steps", type=int, default=None, help="actions executed per chunk (default: the policy's)")
+    p.add_argument("--mean-of-samples", type=int, default=None,
+                   help="chunks averaged per observation (default: the policy's)")
     p.add_argument("--task", choices=("so101_reach", "so101_pick", "so101_push"), default="so101_reach")
     p.add_argument("--episodes", type=int, default=100, help="a multiple of --num-envs")
     p.add_argument("--num-envs", type=int, default=10)
@@ -206,17 +227,20 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("/tmp/vla_reach_failures.json"))
     a = p.parse_args()
     from policies import load_policy
-    from policies.execution import set_executed_steps
+    from policies.execution import set_executed_steps, set_mean_of_samples
 
     os.environ.setdefault("MUJOCO_GL", "egl")
     torch.set_num_threads(2)
     policy = load_policy(a.policy).eval()
     if a.executed_steps:
         set_executed_steps(policy, a.executed_steps)
+    if a.mean_of_samples:
+        set_mean_of_samples(policy, a.mean_of_samples)
     r = (diagnose(policy, a.episodes, a.num_envs, a.seed, a.traces) if a.task == "so101_reach"
          else diagnose_pick(policy, a.episodes, a.num_envs, a.seed) if a.task == "so101_pick"
          else diagnose_push(policy, a.episodes, a.num_envs, a.seed))
-    a.out.write_text(json.dumps({"policy": str(a.policy), "executed_steps": a.executed_steps, **r}, indent=2) + "\n")
+    a.out.write_text(json.dumps({"policy": str(a.policy), "executed_steps": a.executed_steps,
+                                 "mean_of_samples": getattr(policy.cfg, "mean_of_samples", None), **r}, indent=2) + "\n")
     print(json.dumps({k: v for k, v in r.items() if k not in ("per_episode", "pan_deg_first_episodes")}))
 
 

@@ -1,0 +1,33 @@
+"""benchmarks/vla_reach_failures.py: where a point falls in a camera's frame, against hand-computed projections."""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import torch
+
+from benchmarks.vla_reach_failures import front_view_ndc
+
+
+def _camera_model(pos: str, xyaxes: str, fovy: float) -> mujoco.MjModel:
+    spec = mujoco.MjSpec.from_string(f"""<mujoco><worldbody><geom size="0.1"/>
+        <camera name="front" pos="{pos}" xyaxes="{xyaxes}" fovy="{fovy}"/></worldbody></mujoco>""")
+    return spec.compile()
+
+
+def test_a_camera_looking_down_maps_points_by_focal_length_over_depth() -> None:
+    # At (0, 0, 1), image x = world x, image y = world y, so it looks along -z; fovy 90: focal 1/tan(45) = 1.
+    model = _camera_model("0 0 1", "1 0 0 0 1 0", 90)
+    uv = front_view_ndc(model, torch.tensor([[0.5, 0.25, 0.0], [1.0, 0.0, 0.5], [0.0, -0.3, 0.4]]))
+    # depths 1, 0.5, 0.6: (0.5, 0.25), (1 / 0.5, 0), (0, -0.3 / 0.6)
+    torch.testing.assert_close(uv, torch.tensor([[0.5, 0.25], [2.0, 0.0], [0.0, -0.5]], dtype=torch.float64))
+
+
+def test_a_turned_camera_projects_in_its_own_axes() -> None:
+    # At (1, 0, 0), image x = world +y, image y = world +z: it looks along -x. fovy 60: focal 1/tan(30) = sqrt(3).
+    model = _camera_model("1 0 0", "0 1 0 0 0 1", 60)
+    uv = front_view_ndc(model, torch.tensor([[0.0, 0.2, 0.1], [0.5, -0.5, 0.0]]))
+    f = math.sqrt(3)
+    # depths 1 and 0.5: (0.2 f, 0.1 f) and (-0.5 f / 0.5, 0), the second outside the frame
+    torch.testing.assert_close(uv, torch.tensor([[0.2 * f, 0.1 * f], [-f, 0.0]], dtype=torch.float64))
