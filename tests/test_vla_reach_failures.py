@@ -31,3 +31,17 @@ def test_a_turned_camera_projects_in_its_own_axes() -> None:
     f = math.sqrt(3)
     # depths 1 and 0.5: (0.2 f, 0.1 f) and (-0.5 f / 0.5, 0), the second outside the frame
     torch.testing.assert_close(uv, torch.tensor([[0.2 * f, 0.1 * f], [-f, 0.0]], dtype=torch.float64))
+
+
+def test_the_scene_front_camera_keeps_the_reach_targets_in_frame() -> None:
+    # The earlier view (fovy 45, aimed at the arm's base) had 95.6 % of the target box in frame; the VLA failed more
+    # than half of the episodes whose target it never showed. 99.8 % with today's.
+    from sim.tasks import common
+    from sim.tasks.so101_reach import ReachConfig
+
+    model = common.scene_spec(markers=("target",)).compile()
+    cfg = ReachConfig()
+    low, high = torch.tensor(cfg.target_low), torch.tensor(cfg.target_high)
+    targets = low + torch.rand(20_000, 3, generator=torch.Generator().manual_seed(0)) * (high - low)
+    in_frame = (front_view_ndc(model, targets).abs().amax(dim=1) < 1.0).double().mean()
+    assert in_frame >= 0.99
