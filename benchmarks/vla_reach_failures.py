@@ -1,8 +1,9 @@
 """How a trained VLA fails so101_reach (and, with ``--task so101_pick``, so101_pick: which cube rose, how close the
 grasp came to the named one; with ``--task so101_push``, so101_push: how close the jaws came to the cube, how far the
-cube moved and where it ended against the goal). Reach, per episode: the closest and the last tool-to-target distance, the tool's
-last position, the shoulder pan's course and whether the target lay inside the front camera's frame, read from the simulator (diagnosis only; the policy sees what
-``benchmarks/vla_bc.py`` shows it: cameras, joints, instruction, under the same visual DR and seeds).
+cube moved and where it ended against the goal). Reach, per episode: the closest and the last tool-to-target
+distance, the tool's last position, the shoulder pan's course and whether the target lay inside the front camera's
+frame, read from the simulator (diagnosis only; the policy sees what ``benchmarks/vla_bc.py`` shows it: cameras, joints,
+instruction, under the same visual DR and seeds).
 
     python benchmarks/vla_reach_failures.py --policy RUN/checkpoints/iter_XXXXXXXX/policy --executed-steps 4
 
