@@ -72,7 +72,8 @@ IMAGE = 80  # px: the front camera's wider view (fovy 52) needs it to keep the c
 # 2026-12-03 pass made 8,000 steps in 806 s (bf16 autocast, channels-last convolutions, fused AdamW; the cosine
 # schedule spans the 8,000); the 2026-12-02 pass made 3,800 in 843 s in float32 before those changes. ACT: 570 steps
 # in 825 s (2026-12-02, run alone). On 2026-12-03 night, both alone, ours' 8,000 took 510 s and ACT's 570 only 303 s, so
-# ACT now gets 1,000 (about ours' time then). Step budgets make the comparison hold on a busy machine.
+# ACT now gets 1,000 (about ours' time then). At 80x80 (2026-12-04 night, alone) ours' 8,000 took 592-759 s and ACT's
+# 1,000 628 s, both still inside the 15 minutes. Step budgets make the comparison hold on a busy machine.
 QUIET_STEPS_15MIN = {"ours": 8000, "act": 1000}
 # Ours' recipe on top of the offline CLI's defaults. bf16 autocast where the CPU computes bf16 natively (this machine
 # kind does; elsewhere the option is refused, and float32 takes ~1.2x the time per step).
