@@ -219,7 +219,9 @@ def main() -> None:
     p.add_argument("--policy", type=Path, required=True, help="an exported flow-VLA policy folder")
     p.add_argument("--executed-steps", type=int, default=None, help="actions executed per chunk (default: the policy's)")
     p.add_argument("--mean-of-samples", type=int, default=None,
-                   help="chunks averaged per observation (default: the policy's)")
+                   help="chunks sampled per observation (default: the policy's)")
+    p.add_argument("--sample-reduction", choices=("mean", "median", "medoid"), default=None,
+                   help="how the sampled chunks become one (default: the policy's)")
     p.add_argument("--task", choices=("so101_reach", "so101_pick", "so101_push"), default="so101_reach")
     p.add_argument("--episodes", type=int, default=100, help="a multiple of --num-envs")
     p.add_argument("--num-envs", type=int, default=10)
@@ -228,7 +230,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("/tmp/vla_reach_failures.json"))
     a = p.parse_args()
     from policies import load_policy
-    from policies.execution import set_executed_steps, set_mean_of_samples
+    from policies.execution import set_executed_steps, set_mean_of_samples, set_sample_reduction
 
     os.environ.setdefault("MUJOCO_GL", "egl")
     torch.set_num_threads(2)
@@ -237,11 +239,14 @@ def main() -> None:
         set_executed_steps(policy, a.executed_steps)
     if a.mean_of_samples:
         set_mean_of_samples(policy, a.mean_of_samples)
+    if a.sample_reduction:
+        set_sample_reduction(policy, a.sample_reduction)
     r = (diagnose(policy, a.episodes, a.num_envs, a.seed, a.traces) if a.task == "so101_reach"
          else diagnose_pick(policy, a.episodes, a.num_envs, a.seed) if a.task == "so101_pick"
          else diagnose_push(policy, a.episodes, a.num_envs, a.seed))
     a.out.write_text(json.dumps({"policy": str(a.policy), "executed_steps": a.executed_steps,
-                                 "mean_of_samples": getattr(policy.cfg, "mean_of_samples", None), **r}, indent=2) + "\n")
+                                 "mean_of_samples": getattr(policy.cfg, "mean_of_samples", None),
+                                 "sample_reduction": getattr(policy.cfg, "sample_reduction", None), **r}, indent=2) + "\n")
     print(json.dumps({k: v for k, v in r.items() if k not in ("per_episode", "pan_deg_first_episodes")}))
 
 

@@ -91,6 +91,23 @@ def set_mean_of_samples(policy: Policy, k: int) -> None:
     policy.cfg = dataclasses.replace(policy.cfg, mean_of_samples=k)
 
 
+def set_sample_reduction(policy: Policy, how: str) -> None:
+    """Make a sampling policy reduce its ``mean_of_samples`` sampled chunks per observation to one by ``how``
+    ("mean", "median" or "medoid": ``policies.flow_vla.flow.reduce_samples``). ``robot-rl eval
+    sample_reduction=...``; benchmarks.
+
+    Raises:
+        ValueError: the policy's config has no ``sample_reduction``, or ``how`` is not one of the reductions.
+    """
+    if not dataclasses.is_dataclass(policy.cfg) or not hasattr(policy.cfg, "sample_reduction"):
+        raise ValueError(f"bad config: sample_reduction={how!r} is for policies that sample their actions (the flow "
+                         f"VLA); this {policy.type_name} policy does not")
+    try:
+        policy.cfg = dataclasses.replace(policy.cfg, sample_reduction=how)
+    except ValueError as err:
+        raise ValueError(f"bad config: {err}") from None
+
+
 def subset_obs(obs: Mapping[str, Any], env_ids: torch.Tensor) -> dict[str, Any]:
     """The rows ``env_ids`` of every observation entry: tensors indexed on their first dim, lists and tuples
     (``task``: list[str]) picked element by element; anything else (a str, None) passed as it is."""

@@ -29,6 +29,7 @@ from policies.flow_vla.flow import (
     flow_matching_loss,
     guided_velocity,
     interpolate,
+    reduce_samples,
     sample_time,
     target_velocity,
     time_embedding,
@@ -130,6 +131,23 @@ def test_classifier_free_guidance_by_hand():
     torch.testing.assert_close(guided_velocity(v_u, v_c, 2.0), torch.tensor([5.0, 0.0]))  # 1 + 2·2, 2 + 2·(−1)
     torch.testing.assert_close(guided_velocity(v_u, v_c, 1.0), v_c)
     torch.testing.assert_close(guided_velocity(v_u, v_c, 0.0), v_u)
+
+
+def test_sample_reductions_by_hand():
+    # one row, K = 3 chunks of H = 1, A = 2: (0, 3), (4, 0), (5, 5)
+    x = torch.tensor([[[[0.0, 3.0]], [[4.0, 0.0]], [[5.0, 5.0]]]])
+    torch.testing.assert_close(reduce_samples(x, "mean"), torch.tensor([[[3.0, 8.0 / 3.0]]]))
+    torch.testing.assert_close(reduce_samples(x, "median"), torch.tensor([[[4.0, 3.0]]]))  # not a sample
+    # summed distances: 5 + √29 = 10.39, 5 + √26 = 10.10, √29 + √26 = 10.48: the second chunk
+    torch.testing.assert_close(reduce_samples(x, "medoid"), torch.tensor([[[4.0, 0.0]]]))
+    two = torch.cat([x, x.flip(1) + 1.0])  # rows reduce on their own: (6, 6), (5, 1), (1, 4) -> (5, 1)
+    torch.testing.assert_close(reduce_samples(two, "medoid"), torch.tensor([[[4.0, 0.0]], [[5.0, 1.0]]]))
+    even = torch.tensor([1.0, 4.0, 2.0, 3.0]).reshape(1, 4, 1, 1)
+    assert reduce_samples(even, "median").item() == 2.0  # the lower middle
+    with pytest.raises(ValueError, match="unknown sample reduction"):
+        reduce_samples(x, "mode")
+    with pytest.raises(ValueError, match=r"\[N, K, H, A\]"):
+        reduce_samples(x[0], "mean")
 
 
 def test_time_embedding_by_hand():
@@ -333,13 +351,28 @@ def test_the_action_is_the_mean_of_chunks_from_successive_fixed_draws(conditioni
     torch.testing.assert_close(fresh, expected, rtol=1e-5, atol=1e-4)
     with pytest.raises(ValueError, match="mean_of_samples"):
         _tiny_cfg(mean_of_samples=0)
-    from policies.execution import set_mean_of_samples
+    from policies.execution import set_mean_of_samples, set_sample_reduction
     from policies.gaussian import GaussianPolicy, GaussianPolicyConfig
 
     set_mean_of_samples(pol, 1)  # one sample: the chunk of eps*_1
     torch.testing.assert_close(pol.act(frame), by_draw[0], rtol=0, atol=0)
     with pytest.raises(ValueError, match="policies that sample"):
         set_mean_of_samples(GaussianPolicy(GaussianPolicyConfig(obs_dim=3, action_dim=2)), 4)
+    # the medoid of the k chunks, taken in the expert's normalised space: one of the sampled chunks itself
+    set_mean_of_samples(pol, k)
+    set_sample_reduction(pol, "medoid")
+    state = frame[keys.OBS_STATE]
+    normed = torch.stack([pol.normalize_actions(c, state) for c in by_draw], dim=1)
+    medoid = pol.act(frame)
+    torch.testing.assert_close(medoid, pol.denormalize_actions(reduce_samples(normed, "medoid"), state),
+                               rtol=1e-5, atol=1e-4)
+    assert all(min((medoid[i] - c[i]).abs().max() for c in by_draw) < 1e-3 for i in range(3))
+    with pytest.raises(ValueError, match="sample_reduction"):
+        _tiny_cfg(sample_reduction="mode")
+    with pytest.raises(ValueError, match="bad config: sample_reduction must be one of"):
+        set_sample_reduction(pol, "mode")
+    with pytest.raises(ValueError, match="policies that sample"):
+        set_sample_reduction(GaussianPolicy(GaussianPolicyConfig(obs_dim=3, action_dim=2)), "median")
 
 
 def test_conditioning_dropout_and_guidance():

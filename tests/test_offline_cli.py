@@ -96,13 +96,16 @@ def test_robot_rl_eval_runs_an_offline_policy_on_a_task_it_names(lerobot_dataset
     code = main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "task.episode_length=6",
                  "num_episodes=2", "num_envs=2", "video=false", f"out_dir={out}",
                  "randomization.light_scale=[0.6,1.2]", "executed_steps=4", "temporal_ensemble=0.01",
-                 "mean_of_samples=2"])
+                 "mean_of_samples=2", "sample_reduction=medoid"])
     assert code == 0, capsys.readouterr().err
     report = json.loads((out / "eval.json").read_text())
     result = report["eval"]
     assert result["num_episodes"] == 2 and result["mean_length"] <= 6
     assert report["executed_steps"] == 4  # the policy was trained with 2; this evaluation asked for 4
     assert report["temporal_ensemble"] == 0.01 and report["mean_of_samples"] == 2
+    assert report["sample_reduction"] == "medoid"
+    assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "sample_reduction=mode"]) == 2
+    assert "sample_reduction must be one of" in capsys.readouterr().err
     assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "mean_of_samples=0"]) == 2
     assert "mean_of_samples=0 must be an int >= 1" in capsys.readouterr().err
     assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "executed_steps=5"]) == 2

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from policies.flow_vla.flow import SAMPLE_REDUCTIONS
+
 CONDITION_KEY = "advantage_indicator"  # batch / frame key: float or bool [B], RECAP's "good action" indicator
 # Dataset statistics entry of the chunk relative to the state: {"mean", "std"} [H, A] (see ``relative_chunk_stats``).
 RELATIVE_STATS_KEY = "action.relative_to_state"
@@ -110,6 +112,8 @@ class FlowVLAConfig:
     # swing is as large). Policies saved before the option load with 1 (``ABSENT_KEY_DEFAULTS``), as they were
     # evaluated.
     mean_of_samples: int = 16
+    # How the ``mean_of_samples`` chunks become one (``flow.reduce_samples``): "mean", "median" or "medoid".
+    sample_reduction: str = "mean"
     action_std_min: float = 1e-2  # degrees: floor of the action std used for normalisation (constant joints)
     # Predict each chunk relative to the joints at its first frame (a_h - q, normalised per chunk step h by the
     # dataset's statistics of that difference) instead of as absolute targets; the policy's input and output stay
@@ -152,6 +156,8 @@ class FlowVLAConfig:
         if min(self.num_steps, self.max_words, self.flow_samples, self.mean_of_samples) < 1:
             raise ValueError(f"num_steps, max_words, flow_samples and mean_of_samples must be >= 1, got "
                              f"{self.num_steps}, {self.max_words}, {self.flow_samples}, {self.mean_of_samples}")
+        if self.sample_reduction not in SAMPLE_REDUCTIONS:
+            raise ValueError(f"sample_reduction must be one of {SAMPLE_REDUCTIONS}, got {self.sample_reduction!r}")
         bad = [w for w in self.vocab if w in (PAD_TOKEN, UNK_TOKEN) or w != w.lower() or not w]
         if bad or len(set(self.vocab)) != len(self.vocab):
             raise ValueError(f"vocab must hold distinct lower-case words other than {PAD_TOKEN}/{UNK_TOKEN}; "

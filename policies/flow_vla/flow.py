@@ -92,3 +92,28 @@ def time_embedding(t: torch.Tensor, dim: int, min_period: float = 4e-3, max_peri
     period = min_period * (max_period / min_period) ** frac
     angle = (2 * math.pi / period).to(t.dtype)[None, :] * t[:, None]
     return torch.cat([angle.sin(), angle.cos()], dim=-1)
+
+
+SAMPLE_REDUCTIONS = ("mean", "median", "medoid")
+
+
+def reduce_samples(x: torch.Tensor, how: str = "mean") -> torch.Tensor:
+    """One chunk [N, H, A] from K sampled chunks per row [N, K, H, A].
+
+    - ``mean``: their mean (an estimate of the conditional mean chunk; between two modes it lies in neither);
+    - ``median``: the per-coordinate median (the lower middle value when K is even, as ``torch.median``);
+    - ``medoid``: the sampled chunk whose summed Euclidean distance to the row's other chunks is least (a chunk the
+      sampler produced, so it stays inside one mode; the first such on ties).
+    """
+    if x.dim() != 4:
+        raise ValueError(f"samples must be [N, K, H, A], got shape {list(x.shape)}")
+    if how == "mean":
+        return x.mean(dim=1)
+    if how == "median":
+        return x.median(dim=1).values
+    if how == "medoid":
+        flat = x.flatten(2)  # [N, K, H·A]
+        total = torch.cdist(flat, flat).sum(dim=-1)  # [N, K]
+        pick = total.argmin(dim=1)
+        return x[torch.arange(x.shape[0], device=x.device), pick]
+    raise ValueError(f"unknown sample reduction {how!r}; expected one of {SAMPLE_REDUCTIONS}")

@@ -40,6 +40,7 @@ from policies.flow_vla.flow import (
     flow_matching_loss,
     guided_velocity,
     interpolate,
+    reduce_samples,
     sample_time,
     target_velocity,
 )
@@ -280,7 +281,7 @@ class FlowVLAPolicy(Policy):
             x1 = self.fixed_noise(n).flatten(0, 1)  # [n·K, H, A], env-major
         else:
             x1 = torch.randn(n * k, *shape[1:], device=self.device)
-        x0 = self._integrate(context, x1, indicator, k).unflatten(0, (n, k)).mean(dim=1)
+        x0 = reduce_samples(self._integrate(context, x1, indicator, k).unflatten(0, (n, k)), cfg.sample_reduction)
         return self.denormalize_actions(x0, self._raw_state(obs, n))
 
     def _raw_state(self, frame: Mapping[str, Any], n: int) -> torch.Tensor:

@@ -96,6 +96,9 @@ class EvalCommand(EvalSettings):
     # a sampling policy's (the flow VLA's) sampled chunks averaged per observation in this evaluation (None: the
     # policy's own); recorded in eval.json
     mean_of_samples: int | None = None
+    # how a sampling policy's sampled chunks become one in this evaluation ("mean", "median", "medoid"; None: the
+    # policy's own); recorded in eval.json
+    sample_reduction: str | None = None
 
 
 def typed(cls: type, values: dict[str, Any], where: str) -> Any:

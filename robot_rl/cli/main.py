@@ -107,7 +107,12 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     from policies import load_policy
-    from policies.execution import set_executed_steps, set_mean_of_samples, set_temporal_ensemble
+    from policies.execution import (
+        set_executed_steps,
+        set_mean_of_samples,
+        set_sample_reduction,
+        set_temporal_ensemble,
+    )
     from robot_rl.checkpoint import POLICY_DIR, load_meta
     from robot_rl.cli.config import EvalCommand, resolve_device, typed
     from sim.randomization import RandomizationConfig
@@ -124,6 +129,8 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
         set_temporal_ensemble(policy, e.temporal_ensemble)
     if e.mean_of_samples is not None:
         set_mean_of_samples(policy, e.mean_of_samples)
+    if e.sample_reduction is not None:
+        set_sample_reduction(policy, e.sample_reduction)
     if "task" in meta:  # trained in simulation: evaluated on its own task
         if e.task is not None:
             raise ValueError(f"{folder} was trained on task {meta['task']!r}: task= is for policies trained offline")
@@ -147,7 +154,7 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     ev = dataclasses.replace(e, checkpoint=str(folder))
     extra = {"checkpoint": str(folder), "env_steps": meta.get("env_steps"), "iteration": meta.get("iteration"),
              "executed_steps": e.executed_steps, "temporal_ensemble": e.temporal_ensemble,
-             "mean_of_samples": e.mean_of_samples}
+             "mean_of_samples": e.mean_of_samples, "sample_reduction": e.sample_reduction}
     return _report(out_dir, policy, task, task_cfg, sim_cfg, ev, device, run_dir, extra)
 
 
