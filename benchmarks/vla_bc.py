@@ -1,7 +1,7 @@
 """One multi-task flow VLA trained by behaviour cloning, beside LeRobot's own ACT, on the same demonstrations.
 
 1. **Data.** ``robot-rl collect`` records scripted demonstrations of so101_reach, so101_lift, so101_push and
-   so101_pick into ONE LeRobotDataset v3 (front + wrist cameras at 64x64 as video, the six joints in degrees, the
+   so101_pick into ONE LeRobotDataset v3 (front + wrist cameras at 80x80 as video, the six joints in degrees, the
    instruction per episode), with visual domain randomization on (lighting, camera pose, colours of every geom);
    the demos are collected the DART way (``--dart``: the expert's arm actions sent with noise, its own recorded),
    on every task only while the expert approaches (``--dart-during approach``: the grasp and the push undisturbed).
