@@ -27,6 +27,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from policies.flow_vla.flow import SAMPLE_REDUCTIONS
+
 
 def _rollout(policy: Any, task_name: str, episodes: int, num_envs: int, seed: int) -> Iterator[Any]:
     """Steps ``policy`` on vla_bc's env for ``task_name`` (its view, visual DR and seeding). Yields the env first,
@@ -220,7 +222,7 @@ def main() -> None:
     p.add_argument("--executed-steps", type=int, default=None, help="actions executed per chunk (default: the policy's)")
     p.add_argument("--mean-of-samples", type=int, default=None,
                    help="chunks sampled per observation (default: the policy's)")
-    p.add_argument("--sample-reduction", choices=("mean", "median", "medoid"), default=None,
+    p.add_argument("--sample-reduction", choices=SAMPLE_REDUCTIONS, default=None,
                    help="how the sampled chunks become one (default: the policy's)")
     p.add_argument("--task", choices=("so101_reach", "so101_pick", "so101_push"), default="so101_reach")
     p.add_argument("--episodes", type=int, default=100, help="a multiple of --num-envs")
