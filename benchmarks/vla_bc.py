@@ -73,7 +73,8 @@ IMAGE = 80  # px: the front camera's wider view (fovy 52) needs it to keep the c
 # schedule spans the 8,000); the 2026-12-02 pass made 3,800 in 843 s in float32 before those changes. ACT: 570 steps
 # in 825 s (2026-12-02, run alone). On 2026-12-03 night, both alone, ours' 8,000 took 510 s and ACT's 570 only 303 s, so
 # ACT now gets 1,000 (about ours' time then). At 80x80 (2026-12-04 night, alone) ours' 8,000 took 592-759 s and ACT's
-# 1,000 628 s, both still inside the 15 minutes. Step budgets make the comparison hold on a busy machine.
+# 1,000 628 s, both still inside the 15 minutes; on a slower machine that evening ours' 8,000 took 958-964 s
+# (vla_bc.json, "replicate_training_2026_12_04_evening"). Step budgets make the comparison hold on any machine.
 QUIET_STEPS_15MIN = {"ours": 8000, "act": 1000}
 # Ours' recipe on top of the offline CLI's defaults. bf16 autocast where the CPU computes bf16 natively (this machine
 # kind does; elsewhere the option is refused, and float32 takes ~1.2x the time per step).
