@@ -143,10 +143,16 @@ def _gravity_matrix(device: torch.device, dtype: torch.dtype) -> tuple[torch.Ten
 
 def projected_gravity(q: torch.Tensor) -> torch.Tensor:
     """World down (0, 0, -1) in the frame of unit quaternion q [N, 4] (w, x, y, z): minus the third row of q's
-    rotation matrix, ``quat_rotate_inverse(q, down)`` in closed form, as one outer product and one matrix product
-    (3 tensor ops instead of ~17: tasks read it every step)."""
+    rotation matrix, ``quat_rotate_inverse(q, down)`` in closed form, as an outer product contracted with a fixed
+    [16, 3] matrix (4 tensor ops instead of ~17: tasks read it every step).
+
+    The contraction is a broadcast product and a sum, not a matrix product, on purpose: a BLAS call in the env's
+    step opens torch's OpenMP thread pool, whose threads then spin-wait on the same 2 cores that MuJoCo's rollout
+    threads step the physics on. On this machine kind that made humanoid_walk's step at N = 64 take 5.8-6.4 ms
+    instead of 3.9-4.1 ms, most of it inside the physics (benchmarks/sim_throughput.py's humanoid rows)."""
     m, offset = _gravity_matrix(q.device, q.dtype)
-    return torch.addmm(offset, (q[:, :, None] * q[:, None, :]).flatten(1), m)
+    qq = (q[:, :, None] * q[:, None, :]).flatten(1)
+    return torch.sum(qq[:, :, None] * m, dim=1).add_(offset)
 
 
 class HumanoidWalkTask(Task):
@@ -328,7 +334,8 @@ class HumanoidWalkTask(Task):
     def _contact(self, state: SimState) -> torch.Tensor:
         """[N, feet] 1.0 where the foot touches the floor (any of its geoms' contact sensors found one)."""
         def compute() -> torch.Tensor:
-            found = state.sensordata[:, self.contact_cols].float() @ self.contact_to_foot  # counts are >= 0
+            # counts are >= 0; a broadcast sum, not a matrix product (no BLAS in the step: see projected_gravity)
+            found = torch.sum(state.sensordata[:, self.contact_cols].float()[:, :, None] * self.contact_to_foot, dim=1)
             return (found > 0).float()
         return state.derived("humanoid_walk.contact", compute)
 
