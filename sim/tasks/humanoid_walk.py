@@ -146,10 +146,11 @@ def projected_gravity(q: torch.Tensor) -> torch.Tensor:
     rotation matrix, ``quat_rotate_inverse(q, down)`` in closed form, as an outer product contracted with a fixed
     [16, 3] matrix (4 tensor ops instead of ~17: tasks read it every step).
 
-    The contraction is a broadcast product and a sum, not a matrix product, on purpose: a BLAS call in the env's
-    step opens torch's OpenMP thread pool, whose threads then spin-wait on the same 2 cores that MuJoCo's rollout
-    threads step the physics on. On this machine kind that made humanoid_walk's step at N = 64 take 5.8-6.4 ms
-    instead of 3.9-4.1 ms, most of it inside the physics (benchmarks/sim_throughput.py's humanoid rows)."""
+    The contraction is a broadcast product and a sum, not a matrix product, on purpose: with torch's default 2
+    intra-op threads a BLAS call in the env's step opens torch's OpenMP pool, whose threads then spin-wait on the
+    same 2 cores that MuJoCo's rollout threads step the physics on. On this machine kind that made humanoid_walk's
+    step at N = 64 take 6.0-6.5 ms instead of 4.1-4.8 ms, most of it inside the physics (no difference with 1
+    torch thread; ``humanoid_blas_ab_2026_12_04`` in benchmarks/results/sim_throughput.json)."""
     m, offset = _gravity_matrix(q.device, q.dtype)
     qq = (q[:, :, None] * q[:, None, :]).flatten(1)
     return torch.sum(qq[:, :, None] * m, dim=1).add_(offset)
