@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib
 
 from benchmarks.common import RESULTS, robot_rl_command, save_figure, write_result
+from robot_rl.logging import read_curve
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -49,8 +50,6 @@ COMMON = ["eval.enabled=false", "logger.progress=false", "logger.tensorboard=fal
 
 def run_job(overrides: list[str], threads: int) -> dict[str, float]:
     """One ``robot-rl train`` in its own process; its curve's last point (env steps, wall_s, sim_s)."""
-    from robot_rl.logging import read_curve
-
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         cmd = [*robot_rl_command(), "train", *overrides, *COMMON, f"torch_threads={threads}", f"run_dir={run_dir}"]
@@ -89,8 +88,7 @@ def main() -> None:
         summary[job] = {"median_env_steps_per_s": rate,
                         "median_sim_share": {t: median(x["sim_share"] for x in xs) for t, xs in by_t.items()},
                         "speed_2_threads_over_1": round(rate["2"] / rate["1"], 3)}
-    data = {"command": "python benchmarks/torch_threads.py " + " ".join(sys.argv[1:]),
-            "jobs": {j: ["robot-rl", "train", *JOBS[j], *COMMON] for j in jobs}, "threads": list(THREADS),
+    data = {"jobs": {j: ["robot-rl", "train", *JOBS[j], *COMMON] for j in jobs}, "threads": list(THREADS),
             "unit": "env steps per second of training wall-clock (the run's curve: wall_s excludes start-up)",
             "runs": runs, "summary": summary}
     path = write_result(NAME, data, [], a.out)
