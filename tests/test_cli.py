@@ -78,6 +78,7 @@ def test_eval_command(trained_run, tmp_path, capsys):
     ("sim.num_envs=0", "sim.num_envs must be >= 1"),
     ("total_steps=null", "stopping rule"),
     ("sim.randomization.friction=[1.3,0.7]", "randomization.friction must be [low, high]"),
+    ("update_threads=0", "update_threads must be >= 1"),
 ])
 def test_bad_config_is_a_clear_error(override, expected, capsys, tmp_path):
     assert main(["train", override, f"run_dir={tmp_path}", "logger.progress=false"]) == 2

@@ -141,6 +141,44 @@ def test_ppo_smoke_so101_reach(tmp_path):
     assert runner.checkpoints.latest().name == "iter_00000003"
 
 
+def test_the_update_runs_on_update_threads_and_collection_on_the_callers(tmp_path):
+    """The runner gives torch ``update_threads`` for the learner's update only: collection keeps the caller's count
+    (one, next to the simulator's threads) before, during and after."""
+    torch.set_num_threads(1)
+    env = PointMassEnv(num_envs=8)
+    algo = make_ppo(env)
+    cfg = OnPolicyRunnerConfig(num_steps=4, total_steps=8 * 4 * 2, checkpoint_every=1000, success_window=8,
+                               update_threads=2)
+    runner = OnPolicyRunner(env, algo, cfg, RunLogger(tmp_path, QUIET), CheckpointManager(tmp_path / "ckpt"), {})
+    seen = {"act": set(), "update": set()}
+    act, update = algo.act, algo.update
+    algo.act = lambda obs: seen["act"].add(torch.get_num_threads()) or act(obs)
+    algo.update = lambda buf: seen["update"].add(torch.get_num_threads()) or update(buf)
+    runner.learn()
+    assert runner.iteration == 2
+    assert seen == {"act": {1}, "update": {2}}
+    assert torch.get_num_threads() == 1
+    with pytest.raises(ValueError, match="update_threads must be >= 1"):
+        OnPolicyRunnerConfig(update_threads=0)
+
+
+def test_robot_rl_train_updates_on_every_core_by_default(tmp_path):
+    from robot_rl.cli.build import build_training, compose
+    from robot_rl.runners.common import available_cores
+
+    def runner_threads(overrides, tmp):
+        run = build_training(compose("train", ["task=so101_reach", "sim.num_envs=2", "eval.enabled=false",
+                                               "logger.progress=false", "logger.tensorboard=false",
+                                               f"run_dir={tmp}", *overrides]))
+        try:
+            return run.runner.cfg.update_threads, torch.get_num_threads()
+        finally:
+            run.close()
+
+    assert runner_threads([], tmp_path / "a") == (available_cores(), 1)  # torch_threads=1 outside the update
+    assert runner_threads(["update_threads=3"], tmp_path / "b") == (3, 1)
+
+
 def test_restore_continues_from_the_checkpoint_bitwise(tmp_path):
     """6 iterations straight vs 3 iterations, a fresh runner restored from the checkpoint, 3 more: the restored
     runner starts at iteration 3, runs only the 3 left, and ends in the same bits (learner, env, observations)."""

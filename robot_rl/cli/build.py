@@ -45,7 +45,7 @@ from robot_rl.env import VecEnv
 from robot_rl.logging import LoggerConfig, RunLogger
 from robot_rl.models.critics import CriticConfig, MLPCritic
 from robot_rl.models.q_critics import CategoricalQ, CategoricalQConfig
-from robot_rl.runners.common import RunLimits
+from robot_rl.runners.common import RunLimits, available_cores
 from robot_rl.runners.off_policy import OffPolicyRunner, OffPolicyRunnerConfig
 from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
 
@@ -154,11 +154,15 @@ def build_algorithm(name: str, algo_raw: dict[str, Any], env: VecEnv,
 
 def build_runner(name: str, env: VecEnv, algo: Algorithm, runner_keys: dict[str, Any], limits: RunLimits,
                  logger: RunLogger, checkpoints: CheckpointManager | None, meta: dict[str, Any],
-                 demo: ReplayBuffer | None = None) -> Any:
+                 demo: ReplayBuffer | None = None, update_threads: int | None = None) -> Any:
     """The runner that drives ``algo=<name>``: its config is the run's limits plus the algo config's runner keys.
-    ``demo``: a demonstration buffer mixed into every batch (off-policy learners only)."""
+    ``demo``: a demonstration buffer mixed into every batch (off-policy learners only). ``update_threads``: torch's
+    threads while an on-policy learner updates (None: as they are; off-policy runners interleave updates with env
+    steps and ignore it)."""
     entry = algorithm_entry(name)
     shared = {f.name: getattr(limits, f.name) for f in dataclasses.fields(RunLimits)}
+    if update_threads is not None and any(f.name == "update_threads" for f in dataclasses.fields(entry.runner_config)):
+        shared["update_threads"] = update_threads
     cfg = typed(entry.runner_config, {**shared, **runner_keys}, "algo")
     if demo is None:
         return entry.runner(env, algo, cfg, logger, checkpoints, meta)
@@ -310,7 +314,8 @@ def build_training(cfg: Any) -> Training:
     start_steps = int(ckpt.meta.get("env_steps", 0)) if ckpt is not None else 0
     logger = RunLogger(run_dir, log_s, s.total_steps, start_steps, config=full)
     checkpoints = CheckpointManager(run_dir / CHECKPOINTS_DIR, ckpt_s.keep_last)
-    runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta, demo)
+    update_threads = s.update_threads if s.update_threads is not None else available_cores()
+    runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta, demo, update_threads)
     if ckpt is not None:
         runner.restore(ckpt)
         logger.truncate_curve(runner.iteration)

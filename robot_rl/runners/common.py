@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +20,28 @@ from robot_rl.env import Obs, VecEnv
 def to_device(obs: Obs, device: torch.device) -> Obs:
     """Move an observation dict (no-op when already there)."""
     return {k: v.to(device, non_blocking=True) for k, v in obs.items()}
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` inside the block and restored after (None: left as they are)."""
+    before = torch.get_num_threads()
+    if n is None or n == before:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class EpisodeStats:

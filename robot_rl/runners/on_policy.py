@@ -14,7 +14,15 @@ from robot_rl.buffers.rollout import RolloutBuffer
 from robot_rl.checkpoint import Checkpoint, CheckpointManager
 from robot_rl.env import VecEnv, episode_mask
 from robot_rl.logging import RunLogger
-from robot_rl.runners.common import EpisodeStats, RunLimits, RunnerLoop, restore_run_state, run_state, to_device
+from robot_rl.runners.common import (
+    EpisodeStats,
+    RunLimits,
+    RunnerLoop,
+    restore_run_state,
+    run_state,
+    to_device,
+    torch_threads,
+)
 
 
 @dataclass
@@ -22,10 +30,15 @@ class OnPolicyRunnerConfig(RunLimits):
     """How long to train and how often to log and checkpoint (``RunLimits``), and the rollout length."""
 
     num_steps: int = 24  # T, env steps per env per rollout
+    # torch intra-op threads while the learner updates (None: as they are). The simulator is idle then, so the update
+    # can have every core that collection leaves to MuJoCo's threads (``robot-rl train`` gives it all of them).
+    update_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_steps < 1:
             raise ValueError("num_steps must be >= 1")
+        if self.update_threads is not None and self.update_threads < 1:
+            raise ValueError(f"update_threads must be >= 1 or None, got {self.update_threads}")
         super().__post_init__()
 
 
@@ -84,7 +97,8 @@ class OnPolicyRunner(RunnerLoop):
                 obs = next_obs
             algo.finish_rollout(buf, obs)
         collect_s = time.perf_counter() - start
-        losses = algo.update(buf)
+        with torch_threads(self.cfg.update_threads):
+            losses = algo.update(buf)
         buf.clear()
         self.obs = obs
         steps = self.cfg.num_steps * env.num_envs
