@@ -4,9 +4,11 @@ Both learn on the same batched env (so101_reach 64 envs, so101_lift 256 as in th
 threads; SB3 through ``sim.gym.sb3_vec_env``) with the same recipe (rsl_rl's: 24 steps per env, 5 epochs x 4
 minibatches, lr 1e-3, γ 0.99, λ 0.95, clip 0.2, entropy 0.01, value coef 1, grad-norm 1, ELU [256, 128, 64] actor
 and critic with orthogonal init, observation normalization: VecNormalize for SB3, which has no adaptive-KL lr, no
-separate critic observations and, by default, no value clipping). One torch thread each. Success is the rolling rate
-over the last 200 finished episodes for both, read once per rollout after its update (as ours' runner logs it; SB3's
-first crossing at any env step is kept beside it); the clock starts when learning starts and stops when that rate
+separate critic observations and, by default, no value clipping). One torch thread each while collecting; ours'
+runner gives torch every core during its update (``update_threads``, robot-rl train's default), and
+``--methods sb3_update_threads`` gives SB3 the same split through a callback, to tell the split from the rest.
+Success is the rolling rate over the last 200 finished episodes for both, read once per rollout after its update (as
+ours' runner logs it; SB3's first crossing at any env step is kept beside it); the clock starts when learning starts and stops when that rate
 first reaches 90% (or at the task's budget). Each run also records ``sim_s``, its time inside the env's step. Before
 the runs, one rollout and update of ours is profiled for the time its dense kernels (matrix products, ELU and its
 gradient) take per env step: SB3 runs the same kernels, so that time is a floor under both libraries' time
@@ -47,6 +49,7 @@ import matplotlib
 import torch
 
 from benchmarks.common import RESULTS, goal, provenance, write_result
+from robot_rl.runners.common import available_cores
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -54,7 +57,9 @@ import matplotlib.pyplot as plt
 THREADS, TARGET, WINDOW = 2, 0.9, 200
 BUDGET_MIN = {"so101_reach": 8.0, "so101_lift": 60.0}  # per library per seed (a cap: runs stop at 90%)
 NUM_ENVS = {"so101_reach": 64, "so101_lift": 256}  # lift: the README's recipe (90% at ~3 M env steps)
-METHODS = ("ours", "sb3", "sb3_gym")  # sb3_gym: SB3 through gymnasium.make envs (run_sb3)
+# sb3_gym: SB3 through gymnasium.make envs (run_sb3). sb3_update_threads: SB3 on our batched env with ours' thread split
+# (every core for torch while it trains, one while it collects; a callback), to tell that split from the rest.
+METHODS = ("ours", "sb3", "sb3_gym", "sb3_update_threads")
 
 
 def run_ours(task: str, seed: int, budget_min: float, keep: Path | None = None) -> dict:
@@ -102,10 +107,11 @@ def _finished_run(run_dir: Path, composed: dict, budget_min: float) -> bool:
     return bool(pts) and ((pts[-1]["success_rate"] or 0.0) >= TARGET or pts[-1]["wall_s"] >= 60 * budget_min)
 
 
-def run_sb3(task: str, seed: int, budget_min: float, gym_path: bool = False) -> dict:
+def run_sb3(task: str, seed: int, budget_min: float, gym_path: bool = False, update_threads: int | None = None) -> dict:
     """SB3 PPO on our batched env through ``sim.gym.sb3_vec_env`` (its fastest setting here), or, with ``gym_path``,
     the way an SB3 user runs a gymnasium env: ``make_vec_env`` over N ``gymnasium.make`` envs in a DummyVecEnv
-    (SubprocVecEnv would put N processes on 2 cores)."""
+    (SubprocVecEnv would put N processes on 2 cores). ``update_threads``: torch's threads while SB3 trains (set when
+    a rollout ends, back to one when the next starts), as ``robot-rl train``'s runner does for ours."""
     from stable_baselines3 import PPO as SB3PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -146,10 +152,16 @@ def run_sb3(task: str, seed: int, budget_min: float, gym_path: bool = False) -> 
             self.t0, self.succ, self.stop = time.perf_counter(), deque(maxlen=WINDOW), False
 
         def _on_rollout_start(self) -> None:
+            if update_threads is not None:
+                torch.set_num_threads(1)
             if len(self.succ) == WINDOW:
                 rate = sum(self.succ) / WINDOW
                 curve.append((time.perf_counter() - self.t0, self.num_timesteps, rate, clock.total))
                 self.stop = rate >= TARGET
+
+        def _on_rollout_end(self) -> None:
+            if update_threads is not None:
+                torch.set_num_threads(update_threads)
 
         def _on_step(self) -> bool:
             if self.stop:
@@ -162,7 +174,10 @@ def run_sb3(task: str, seed: int, budget_min: float, gym_path: bool = False) -> 
                 any_step.append((round(wall, 2), self.num_timesteps))
             return wall < 60 * budget_min
 
-    model.learn(total_timesteps=10**9, callback=Track())
+    try:
+        model.learn(total_timesteps=10**9, callback=Track())
+    finally:
+        torch.set_num_threads(1)
     venv.close()
     return {**_summary(curve, budget_min), "any_step_wall_s_and_env_steps_to_target": any_step[0] if any_step else None}
 
@@ -280,7 +295,8 @@ def main() -> None:
         for seed in seeds:
             for name in args.methods:
                 fn = partial(run_ours, keep=args.keep_runs) if name == "ours" else partial(
-                    run_sb3, gym_path=name == "sb3_gym")
+                    run_sb3, gym_path=name == "sb3_gym",
+                    update_threads=available_cores() if name == "sb3_update_threads" else None)
                 r = runs[task][name][seed] = fn(task, seed, budgets[task])
                 print(f"{task} {name} seed {seed}: reached={r['reached']} wall_s={r['wall_s_to_target']} "
                       f"env_steps={r['env_steps_to_target']} final_success={r['final_success_rate']}", flush=True)
@@ -302,7 +318,8 @@ def main() -> None:
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4), squeeze=False)
     summary, goals = {}, []
     for ax, task in zip(axes[0], tasks, strict=True):
-        for name, color in (("ours", "tab:blue"), ("sb3", "tab:orange"), ("sb3_gym", "tab:red")):
+        for name, color in (("ours", "tab:blue"), ("sb3", "tab:orange"), ("sb3_gym", "tab:red"),
+                            ("sb3_update_threads", "tab:green")):
             for seed, r in sorted(runs[task][name].items()):
                 xs, ys = [c[0] / 60 for c in r["curve"]], [c[2] for c in r["curve"]]
                 ax.plot(xs, ys, color=color, alpha=0.8, label=name if seed == min(runs[task][name]) else None)
@@ -340,6 +357,8 @@ def main() -> None:
             goals.append(goal(f"ppo_wallclock_ratio_vs_sb3_{task}", t["ours"] / t["sb3"], 1.0, "<="))
         if "sb3_gym" in ran and (reached["ours"] or reached["sb3_gym"]):
             summary[task]["wallclock_ratio_vs_sb3_gymnasium_envs"] = round(t["ours"] / t["sb3_gym"], 4)
+        if "sb3_update_threads" in ran and (reached["ours"] or reached["sb3_update_threads"]):
+            summary[task]["wallclock_ratio_vs_sb3_update_threads"] = round(t["ours"] / t["sb3_update_threads"], 4)
         outside = {n: outside_s_per_step(task, n) for n in ran}
         summary[task]["median_outside_env_step_s_per_env_step"] = outside
         if outside.get("ours") is not None and outside.get("sb3") is not None:
@@ -367,7 +386,10 @@ def main() -> None:
     fig.savefig(args.out / "ppo_vs_sb3.png", dpi=100)
 
     data = {"merged_from": merged_from, "tasks": tasks, "num_envs": {t: NUM_ENVS[t] for t in tasks},
-            "physics_threads": THREADS, "torch_threads": 1, "target_success_rate": TARGET,
+            "physics_threads": THREADS, "torch_threads": 1,
+            "update_threads": {"ours": "robot-rl train's default: the cores available", "sb3": 1, "sb3_gym": 1,
+                               "sb3_update_threads": available_cores()},
+            "target_success_rate": TARGET,
             "success_window_episodes": WINDOW, "summary": summary,
             "note": "a run that did not reach the target within the budget counts as the budget: the ratio is then "
                     "a bound",
