@@ -3,9 +3,9 @@
 Runs ``robot-rl train task=so101_reach algo=ppo run_dir=<tmp>`` as ``make train`` does (its own process, the
 default 300 k env steps, the seeded 100-episode evaluation and the video), then records the run's eval.json and
 learning curve in benchmarks/results/main_job.json and main_job.png, with the goals the README states: 90 %
-training success within ~48 k env steps and in ~25 s on 2 cores, a seeded evaluation of 100/100. (Seed 0 misses the
-first and last with so101_reach's fixed learning rate, 52.2 k and 99/100, while over 30 seeds that rate is the faster
-one: main_job.json's recipe_note.)
+training success within ~48 k env steps and in ~25 s on 2 cores, a seeded evaluation of 100/100. One seed's numbers
+move with any change to the update's float arithmetic (main_job.json's update_threads_note: 52.2 k and 99/100 before
+update_threads, 41.5 k and 100/100 after); the 30-seed medians in ppo_vs_sb3.json are the steadier measure.
 
     python benchmarks/main_job.py                   # ~4 min on 2 cores
     python benchmarks/main_job.py --out /tmp/res    # results elsewhere
