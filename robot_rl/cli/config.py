@@ -23,7 +23,8 @@ class TrainSettings(RunLimits):
     resume: str | None = None  # a run folder or checkpoint folder to continue from, exactly
     torch_threads: int = 1  # torch intra-op threads (the simulator has its own, sim.num_threads)
     # torch threads during an on-policy update (algo=ppo), when the simulator is idle; None: every core this process
-    # may use. On 2 cores PPO's update took 81-88 ms per so101_reach iteration with 2, 112-115 ms with 1.
+    # may use. On 2 cores PPO trained 1.11x (so101_reach) and 1.07x (humanoid_walk) as fast as with one thread
+    # throughout, env.step unchanged (benchmarks/results/torch_threads.json).
     update_threads: int | None = None
     deterministic: bool = False  # torch.use_deterministic_algorithms(True): bitwise-reproducible CPU runs
 
