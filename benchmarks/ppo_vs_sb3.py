@@ -9,10 +9,10 @@ runner gives torch every core during its update (``update_threads``, robot-rl tr
 ``--methods sb3_update_threads`` gives SB3 the same split through a callback, to tell the split from the rest.
 Success is the rolling rate over the last 200 finished episodes for both, read once per rollout after its update (as
 ours' runner logs it; SB3's first crossing at any env step is kept beside it); the clock starts when learning starts
-and stops when that rate first reaches 90% (or at the task's budget). Each run also records ``sim_s``, its time inside the env's step. Before
-the runs, one rollout and update of ours is profiled for the time its dense kernels (matrix products, ELU and its
-gradient) take per env step: SB3 runs the same kernels, so that time is a floor under both libraries' time
-outside env.step (``kernel_floor`` in the summary).
+and stops when that rate first reaches 90% (or at the task's budget). Each run also records ``sim_s``, its time
+inside the env's step. Before the runs, one rollout and update of ours is profiled for the time its dense kernels
+(matrix products, ELU and its gradient) take per env step: SB3 runs the same kernels, so that time is a floor under
+both libraries' time outside env.step (``kernel_floor`` in the summary).
 
     python benchmarks/ppo_vs_sb3.py                       # seeds 0-2; reach up to 8 min, lift up to 60 min each
     python benchmarks/ppo_vs_sb3.py --quick               # seed 0, reach only, up to 2 min each
