@@ -55,6 +55,13 @@ def provenance(path: Path, record: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_result(name: str, data: dict[str, Any], goals: list[dict[str, Any]], out_dir: Path | None = None) -> Path:
+    """Write ``<out_dir>/<name>.json``: the record (machine, date, commit, command), ``data`` and ``goals``.
+
+    A result file already there is not wiped: its top-level keys that this run does not write (notes, one-off
+    trials, earlier runs' summaries) are carried over, and the earlier run's date, commit, command and goals are kept
+    under ``previous_run_<its date>``, so re-running a benchmark into ``benchmarks/results/`` loses no history (a
+    carried key may describe an earlier run: delete the file first for a record of this run alone).
+    """
     out_dir = Path(out_dir or RESULTS)
     out_dir.mkdir(parents=True, exist_ok=True)
     record = {
@@ -67,7 +74,12 @@ def write_result(name: str, data: dict[str, Any], goals: list[dict[str, Any]], o
         "goals": goals,
     }
     path = out_dir / f"{name}.json"
-    path.write_text(json.dumps(record, indent=2))
+    if path.is_file():
+        old = json.loads(path.read_text())
+        record.update({k: v for k, v in old.items() if k not in record})
+        if "date" in old:
+            record[f"previous_run_{old['date']}"] = {k: old.get(k) for k in ("date", "commit", "command", "goals")}
+    path.write_text(json.dumps(record, indent=2) + "\n")
     return path
 
 
