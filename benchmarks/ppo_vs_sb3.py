@@ -107,6 +107,21 @@ def _finished_run(run_dir: Path, composed: dict, budget_min: float) -> bool:
     return bool(pts) and ((pts[-1]["success_rate"] or 0.0) >= TARGET or pts[-1]["wall_s"] >= 60 * budget_min)
 
 
+def recipe_task_overrides(task: str) -> dict[str, Any]:
+    """The task settings ours trains ``task`` on where they differ from the task's defaults (a recipe in
+    configs/algo_task/ppo_<task>.yaml may set some, e.g. so101_lift's reward weights): SB3's env gets them too, so
+    both libraries learn the same reward."""
+    from omegaconf import OmegaConf
+
+    from robot_rl.cli.build import compose
+    from sim.registry import task_config
+
+    raw = OmegaConf.to_container(compose("train", [f"task={task}", "algo=ppo"]).task, resolve=True)
+    raw.pop("name")
+    default = task_config(task)
+    return {k: v for k, v in raw.items() if getattr(default, k) != v}
+
+
 def run_sb3(task: str, seed: int, budget_min: float, gym_path: bool = False, update_threads: int | None = None) -> dict:
     """SB3 PPO on our batched env through ``sim.gym.sb3_vec_env`` (its fastest setting here), or, with ``gym_path``,
     the way an SB3 user runs a gymnasium env: ``make_vec_env`` over N ``gymnasium.make`` envs in a DummyVecEnv
@@ -124,12 +139,13 @@ def run_sb3(task: str, seed: int, budget_min: float, gym_path: bool = False, upd
 
     n = NUM_ENVS[task]
     clock = _Clock()
+    overrides = recipe_task_overrides(task)
     if gym_path:
         env_id = next(k for k, v in GYM_IDS.items() if v == task)
-        inner = make_vec_env(env_id, n_envs=n, seed=seed)
+        inner = make_vec_env(env_id, n_envs=n, seed=seed, env_kwargs=overrides)
         inner.step_wait = clock.timed(inner.step_wait)  # the N gymnasium envs' steps, as SB3 calls them
     else:
-        env = make_env(task, SimConfig(num_envs=n, num_threads=THREADS, seed=seed), task_config(task))
+        env = make_env(task, SimConfig(num_envs=n, num_threads=THREADS, seed=seed), task_config(task, overrides))
         env.step = clock.timed(env.step)  # the batched env alone, as our runner times it (sim_s)
         inner = sb3_vec_env(env)
     venv = VecNormalize(inner, norm_obs=True, norm_reward=False, gamma=0.99)

@@ -157,17 +157,29 @@ def test_a_task_recipe_overrides_the_algorithm_defaults_and_the_command_line_ove
         algo, task = next((a, f.stem[len(a) + 1:]) for a in sorted(algos, key=len, reverse=True)
                           if f.stem.startswith(a + "_"))
         assert task in _tasks(), f.name
-        composed = compose("train", [f"algo={algo}", f"task={task}"]).algo
+        composed = compose("train", [f"algo={algo}", f"task={task}"])
         schema = algo_schemas()["flashsac" if algo.startswith("flashsac") else algo]
-        for key, value in yaml.safe_load(f.read_text()).items():
+        raw = yaml.safe_load(f.read_text())
+        assert set(raw) <= {"algo", "task"}, f.name  # a recipe sets the learner and, where it must, the task
+        for key, value in raw.get("algo", {}).items():
             assert key in schema, (f.name, key)  # the learner's config would refuse it; say which file
-            assert composed[key] == value, (f.name, key)
+            assert composed.algo[key] == value, (f.name, key)
+        for key, value in raw.get("task", {}).items():
+            assert key in composed.task, (f.name, key)
+            if isinstance(value, dict):  # e.g. reward_weights: the recipe's entries, the task's others kept
+                assert {**composed.task[key], **value} == dict(composed.task[key]), (f.name, key)
+            else:
+                assert composed.task[key] == value, (f.name, key)
     assert compose("train", ["task=so101_lift"]).algo.use_clipped_value_loss is False
     assert compose("train", ["task=so101_reach"]).algo.use_clipped_value_loss is False
     assert compose("train", ["task=so101_reach"]).algo.schedule == "fixed"
     assert compose("train", ["task=so101_lift"]).algo.schedule == "adaptive"  # rsl_rl's default
     assert compose("train", ["task=humanoid_walk"]).algo.use_clipped_value_loss is True  # rsl_rl's default
     assert compose("train", ["task=so101_lift", "algo.use_clipped_value_loss=true"]).algo.use_clipped_value_loss
+    # PPO's lift recipe shapes the reward with the pads' contacts; the task itself, and FlashSAC's lift, do not
+    assert compose("train", ["task=so101_lift"]).task.reward_weights.pads == 0.5
+    assert compose("train", ["task=so101_lift", "algo=flashsac"]).task.reward_weights.pads == 0.0
+    assert compose("train", ["task=so101_lift", "task.reward_weights.pads=0"]).task.reward_weights.pads == 0.0
 
 
 def test_a_misspelled_top_level_key_is_an_error_naming_it(capsys):

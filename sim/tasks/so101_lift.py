@@ -24,8 +24,12 @@ class LiftConfig(common.ArmTaskConfig):
     cube_high: list[float] = field(default_factory=lambda: [0.24, 0.08])  # m
     cube_yaw: float = 0.7854  # rad, cube yaw drawn from [-cube_yaw, cube_yaw]
     lift_height: float = 0.05  # m above the resting height that counts as lifted
+    # pads: credit per pad touching the cube, off by default (the results of FlashSAC, the datasets and the VLAs were
+    # measured without it). PPO's lift recipe turns it on (configs/algo_task/ppo_so101_lift.yaml): without it PPO
+    # can sit for millions of env steps with the gripper wide open beside the cube, since a partial close pushes the
+    # cube away and only both pads at once earned anything (ppo_vs_sb3.json -> lift_seed_fragility_2026_12_05).
     reward_weights: dict[str, float] = field(
-        default_factory=lambda: {"reach": 2.0, "grasp": 0.5, "lift": 2.0, "success": 20.0}
+        default_factory=lambda: {"reach": 2.0, "grasp": 0.5, "lift": 2.0, "success": 20.0, "pads": 0.0}
     )
 
 
@@ -39,7 +43,7 @@ CRITIC_PARTS = (*POLICY_PARTS, ("cube_linvel", 3))
 class LiftTask(common.ArmTask):
     name = "so101_lift"
     instruction = "Pick up the red cube and lift it."
-    reward_term_names = ("reach", "grasp", "lift", "success")
+    reward_term_names = ("reach", "grasp", "lift", "success", "pads")
     cfg: LiftConfig
 
     def build_spec(self) -> mujoco.MjSpec:
@@ -100,6 +104,7 @@ class LiftTask(common.ArmTask):
             "grasp": grasped.float() - 1.0,
             "lift": -(self.cfg.lift_height - h).clamp(0.0, self.cfg.lift_height) / self.cfg.lift_height,
             "success": self.success(state).float(),
+            "pads": self._pads(state).float().mean(dim=1) - 1.0,  # -1 neither pad on the cube, -0.5 one, 0 both
         }
 
     def success(self, state: SimState) -> torch.Tensor:
