@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from lerobot.datasets.lerobot_dataset import LeRobotDataset  # the `lerobot` extra, installed by make test
 from torch import nn
 
 from policies import keys
@@ -20,8 +21,6 @@ from robot_rl.checkpoint import load_checkpoint, write_checkpoint
 from robot_rl.data.augment import gather_frames
 from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler, DatasetError, read_meta
 from robot_rl.data.video_decode import DecodeError, resolve_backend
-
-LeRobotDataset = pytest.importorskip("lerobot.datasets.lerobot_dataset").LeRobotDataset
 
 JOINTS = ["shoulder_pan.pos", "shoulder_lift.pos", "elbow_flex.pos", "wrist_flex.pos", "wrist_roll.pos",
           "gripper.pos"]
