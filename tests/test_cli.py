@@ -182,9 +182,25 @@ def test_a_task_recipe_overrides_the_algorithm_defaults_and_the_command_line_ove
     assert compose("train", ["task=so101_lift", "task.reward_weights.pads=0"]).task.reward_weights.pads == 0.0
 
 
-def test_a_misspelled_top_level_key_is_an_error_naming_it(capsys):
-    assert main(["train", "totl_steps=10"]) == 2
-    assert "totl_steps" in capsys.readouterr().err
+@pytest.mark.parametrize("overrides,expected", [
+    (["totl_steps=10"], "unknown config key 'totl_steps' (did you mean 'total_steps'?)"),
+    (["+totl_steps=10"], "(did you mean 'total_steps'?)"),  # past Hydra, refused by the schema: the same hint
+    (["algo.entropy_cof=0.1"], "unknown config key 'algo.entropy_cof' (did you mean 'algo.entropy_coef'?)"),
+    (["task=so101_lift", "task.reward_weights.pad=0.5"], "(did you mean 'task.reward_weights.pads'?)"),
+    (["algo.policy.xyz=1"], "the keys under algo.policy are ['hidden_dims',"),  # nothing alike: what stands there
+])
+def test_a_misspelled_key_is_an_error_naming_it_and_the_key_meant(overrides, expected, capsys):
+    """Not Hydra's "use +key=..." (which the schema would refuse next): the key, the one meant, or the keys there."""
+    assert main(["train", *overrides]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "To append" not in err, err
+
+
+def test_did_you_mean():
+    from robot_rl.cli.config import did_you_mean
+
+    assert did_you_mean("gama", ["gamma", "lam"], "algo.") == " (did you mean 'algo.gamma'?)"
+    assert did_you_mean("zzz", ["gamma", "lam"]) == ""
 
 
 def test_resume_refuses_a_different_task(trained_run, capsys):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,10 +123,47 @@ def typed(cls: type, values: dict[str, Any], where: str) -> Any:
         key = f"{prefix}{getattr(e, 'full_key', None) or getattr(e, 'key', None) or ''}"
         msg = str(e).splitlines()[0]
         if isinstance(e, ConfigKeyError):
-            msg += f"; allowed keys{' under ' + where if where else ''}: {[f.name for f in dataclasses.fields(cls)]}"
+            names = [f.name for f in dataclasses.fields(cls)]
+            leaf = str(getattr(e, "key", None) or "")
+            msg += f"{did_you_mean(leaf, names, prefix)}; allowed keys{' under ' + where if where else ''}: {names}"
         raise ValueError(f"bad config key {key}: {msg}") from None
     except ValueError as e:  # the dataclass's own validation names the key and the allowed values
         raise ValueError(f"bad config: {e}") from None
+
+
+def did_you_mean(name: str, options: Iterable[str], prefix: str = "") -> str:
+    """`` (did you mean 'a' or 'b'?)`` for the options spelled like ``name`` (``prefix`` put before each), else ''."""
+    close = difflib.get_close_matches(name, [str(o) for o in options], n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(prefix + c) for c in close)}?)" if close else ""
+
+
+def explain_unknown_override(error: str, overrides: list[str], compose: Callable[[list[str]], Any]) -> str:
+    """Hydra's "Could not override 'a.b'. To append to your config use +a.b=..." for a key the config does not have,
+    as "unknown config key 'a.b' (did you mean 'a.c'?)" with the keys that stand there: the '+' Hydra suggests would
+    only meet the schema's refusal next. ``compose(overrides)`` composes the command's config; other errors, and keys
+    that do exist (Hydra refused the value), come back as they were."""
+    from omegaconf import DictConfig
+
+    m = re.match(r"Could not override '([^']+)'", error)
+    if m is None:
+        return error
+    key = m.group(1)
+    try:
+        node = compose([o for o in overrides if o.lstrip("+~").split("=", 1)[0] != key])
+    except Exception:  # noqa: BLE001 - another override is at fault too: Hydra's message stands
+        return error
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        where = ".".join(parts[:depth])
+        if not isinstance(node, DictConfig):
+            return f"unknown config key {key!r}: {where} is a value, not a group of keys"
+        if part not in node:
+            options = [str(k) for k in node]
+            prefix = f"{where}." if where else ""
+            return (f"unknown config key {key!r}{did_you_mean(part, options, prefix)}; the keys under "
+                    f"{where or 'the top level'} are {options}")
+        node = node[part]
+    return error
 
 
 def resolve_device(name: str) -> torch.device:

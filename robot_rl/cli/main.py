@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.algos.guard import NonFiniteError
     from robot_rl.checkpoint import OutputWriteError
     from robot_rl.cli.build import CONFIG_DIR, compose
+    from robot_rl.cli.config import explain_unknown_override
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -221,7 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         COMMANDS[cmd](compose(cmd, overrides))
-    except (HydraException, ValueError, FileNotFoundError, MalformedFileError) as err:
+    except HydraException as err:
+        print(f"robot-rl {cmd}: error: {explain_unknown_override(str(err), overrides, lambda o: compose(cmd, o))}",
+              file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError, MalformedFileError) as err:
         print(f"robot-rl {cmd}: error: {err}", file=sys.stderr)
         return 2
     except NonFiniteError as err:
