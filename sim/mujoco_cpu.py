@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from sim.physics import Physics
-from sim.randomization import ModelRandomizer, RandomizationConfig, write_env_params
+from sim.randomization import ModelRandomizer, RandomizationConfig, movable_centres_of_mass, write_env_params
 from sim.state import SimState
 from sim.tiled_render import TiledRenderer
 
@@ -43,16 +43,6 @@ def _component_slices(model: mujoco.MjModel, spec: int, parts: list[int]) -> dic
             adr += size
         bit <<= 1
     return out
-
-
-def movable_centres_of_mass(model: mujoco.MjModel) -> None:
-    """Let every body's centre of mass leave its compiled place (``com_offset``): the compiler marks a body whose
-    inertial frame is its body frame ``sameframe`` (and ``simple``), and the kinematics then put the centre of mass at
-    the body's origin whatever ``body_ipos`` says (the offset was ignored, and ``mj_setConst`` refuses such a model).
-    """
-    model.body_sameframe[1:] = mujoco.mjtSameFrame.mjSAMEFRAME_NONE
-    model.body_simple[1:] = 0
-    model.dof_simplenum[:] = 0
 
 
 class MujocoPhysics(Physics):

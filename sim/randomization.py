@@ -10,8 +10,9 @@ backend keeps one ``MjModel`` per randomized env (``mujoco.rollout`` takes a mod
     sim.randomization.camera_pos_jitter=0.01 sim.randomization.light_scale=[0.5,1] sim.randomization.color_scale=[0.6,1]
 
 Masses and inertias have constants derived from them at compile time (``mj_setConst``: invweight0, which sets the
-contacts' softness, subtree masses, actuator_acc0). The CPU backend recomputes them per env after every draw (without
-that, mass scales flung objects); the batched backends (mjx, warp) still use the nominal model's, a known gap.
+contacts' softness, subtree masses, actuator_acc0). Every backend recomputes them per env after every draw (without
+that, mass scales flung objects): the CPU backend on its per-env models, the batched backends (mjx, warp) on the host
+into ``[N, ...]`` rows of the ones their constraint solvers read (``BatchedModelParams.DERIVED``).
 
 Colours (``color_scale``: geom and material RGB, so textures are tinted) only reach the renderer: every backend
 renders on MuJoCo's CPU renderer from a per-env model, so they work on all of them; the device backends keep
@@ -20,6 +21,7 @@ those two fields out of their physics model.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import mujoco
@@ -145,6 +147,16 @@ class ModelRandomizer:
         return out
 
 
+def movable_centres_of_mass(model: mujoco.MjModel) -> None:
+    """Let every body's centre of mass leave its compiled place (``com_offset``): the compiler marks a body whose
+    inertial frame is its body frame ``sameframe`` (and ``simple``), and the kinematics then put the centre of mass at
+    the body's origin whatever ``body_ipos`` says (the offset was ignored, and ``mj_setConst`` refuses such a model).
+    """
+    model.body_sameframe[1:] = mujoco.mjtSameFrame.mjSAMEFRAME_NONE
+    model.body_simple[1:] = 0
+    model.dof_simplenum[:] = 0
+
+
 def write_env_params(model: mujoco.MjModel, params: dict[str, np.ndarray | torch.Tensor], row: int) -> None:
     """Copy one env's row of ``params`` (``ModelRandomizer.FIELDS`` -> ``[N, ...]``) into ``model`` in place."""
     for f, v in params.items():
@@ -153,30 +165,65 @@ def write_env_params(model: mujoco.MjModel, params: dict[str, np.ndarray | torch
 
 
 class BatchedModelParams:
-    """Per-env values of ``ModelRandomizer.FIELDS`` as torch tensors ``[N, *field_shape]`` on the sim's device.
+    """Per-env values of ``ModelRandomizer.FIELDS`` and of the constants derived from them (``DERIVED``) as torch
+    tensors ``[N, *field_shape]`` on the sim's device.
 
     What the batched backends hand their kernels: ``sim.mjx`` maps these fields with vmap ``in_axes=0`` in a batched
     ``mjx.Model``, ``sim.warp`` views them as its per-world model arrays. Redraws write rows in place, so views of
     these buffers (DLPack, ``wp.from_torch``) see them without being rebuilt. Every env starts at the nominal model.
     """
 
+    # What mj_setConst derives from masses, inertias, centres of mass and armatures that the constraint solvers of mjx
+    # and mujoco_warp read (the softness of contacts, limits and friction loss scales with them). Left at the nominal
+    # model's, a mass scale made the CPU backend fling so101_lift's cube (sim.mujoco_cpu._refresh_constants); here
+    # each redrawn env's row is recomputed on the host (``mj_setConst`` on a scratch model holding that env's
+    # parameters: ~11 us for so101_lift, ~23 us for humanoid_walk on this machine kind).
+    DERIVED = ("body_invweight0", "dof_invweight0", "tendon_invweight0")
+
     def __init__(self, nominal: mujoco.MjModel, cfg: RandomizationConfig, num_envs: int, device: torch.device,
                  dtype: torch.dtype) -> None:
         self.sampler = ModelRandomizer(nominal, cfg)
+        self._scratch = copy.copy(nominal)  # one env's parameters at a time, for mj_setConst
+        if cfg.com_offset > 0:
+            movable_centres_of_mass(self._scratch)  # as the CPU backend's per-env models
+        self._scratch_data = mujoco.MjData(self._scratch)
         self.tensors = {f: torch.as_tensor(v, device=device, dtype=dtype).expand(num_envs, *v.shape).contiguous()
-                        for f, v in self.sampler.nominal.items()}
+                        for f, v in {**self.sampler.nominal,
+                                     **{f: getattr(nominal, f) for f in self.DERIVED}}.items()}
 
     def randomize(self, env_ids: torch.Tensor, gen: torch.Generator) -> None:
-        """New parameters for ``env_ids``, drawn from ``gen`` exactly as the CPU backend draws them."""
+        """New parameters for ``env_ids``, drawn from ``gen`` exactly as the CPU backend draws them, and the constants
+        derived from them."""
         if env_ids.numel() == 0:
             return
-        drawn = self.sampler.sample(len(env_ids), gen)
-        for f, t in self.tensors.items():
-            t[env_ids.to(t.device)] = torch.from_numpy(drawn[f]).to(device=t.device, dtype=t.dtype)
+        self._write(env_ids, self.sampler.sample(len(env_ids), gen))
+        self._write(env_ids, self._derive(env_ids))
+
+    def _derive(self, env_ids: torch.Tensor) -> dict[str, np.ndarray]:
+        """``DERIVED`` [len(env_ids), ...] from those envs' parameters as held (in the tensors' dtype, as the solver
+        reads them: a restored state_dict gives the same constants)."""
+        ids = env_ids.to(self.tensors["body_mass"].device)
+        physics = {f: self.tensors[f][ids].detach().cpu().double().numpy() for f in ModelRandomizer.FIELDS
+                   if f not in ModelRandomizer.RENDER_ONLY}
+        out = {f: np.empty((len(ids), *getattr(self._scratch, f).shape)) for f in self.DERIVED}
+        for row in range(len(ids)):
+            write_env_params(self._scratch, physics, row)
+            mujoco.mj_setConst(self._scratch, self._scratch_data)
+            for f in self.DERIVED:
+                out[f][row] = getattr(self._scratch, f)
+        return out
+
+    def _write(self, env_ids: torch.Tensor, values: dict[str, np.ndarray]) -> None:
+        for f, v in values.items():
+            t = self.tensors[f]
+            t[env_ids.to(t.device)] = torch.from_numpy(v).to(device=t.device, dtype=t.dtype)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {f"model.{f}": t.clone() for f, t in self.tensors.items()}
+        """The drawn parameters (the derived constants follow from them)."""
+        return {f"model.{f}": self.tensors[f].clone() for f in ModelRandomizer.FIELDS}
 
     def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        for f, t in self.tensors.items():
-            t.copy_(sd[f"model.{f}"])
+        for f in ModelRandomizer.FIELDS:
+            self.tensors[f].copy_(sd[f"model.{f}"])
+        every = torch.arange(len(self.tensors["body_mass"]))
+        self._write(every, self._derive(every))

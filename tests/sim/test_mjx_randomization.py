@@ -36,8 +36,9 @@ def _model(task: str = "so101_lift"):
     return model
 
 
-# colours stay on the host (the renderer's); the jitted step reads the rest
+# colours stay on the host (the renderer's); the jitted step reads the rest, and the constants derived from them
 PHYSICS_FIELDS = [f for f in ModelRandomizer.FIELDS if f not in ModelRandomizer.RENDER_ONLY]
+DERIVED = ["body_invweight0", "dof_invweight0"]  # BatchedModelParams.DERIVED present in so101_lift (no tendons)
 
 
 def _randomized(physics, seed: int, n: int = N):
@@ -48,7 +49,7 @@ def _randomized(physics, seed: int, n: int = N):
 def _mjx_params(physics: MjxPhysics) -> dict[str, np.ndarray]:
     """The values the jitted step really reads: the batched fields of ``physics.mx`` (copied: on the CPU
     ``np.asarray`` of a JAX array views its buffer, which the next redraw overwrites in place)."""
-    return {f: np.array(getattr(physics.mx, f), copy=True) for f in PHYSICS_FIELDS}
+    return {f: np.array(getattr(physics.mx, f), copy=True) for f in PHYSICS_FIELDS + DERIVED}
 
 
 def test_mjx_parameters_are_batched_per_env_and_follow_the_seed():
@@ -74,7 +75,7 @@ def test_mjx_and_cpu_backends_draw_the_same_parameters_for_a_seed():
     gpu = _randomized(MjxPhysics(_model(), N, "cpu", DR), seed=5)
     batched = _mjx_params(gpu)
     for i, m in enumerate(cpu._models):
-        for f in PHYSICS_FIELDS:  # MJX holds float32, MuJoCo float64
+        for f in PHYSICS_FIELDS + DERIVED:  # MJX holds float32, MuJoCo float64; DERIVED: mj_setConst's per env
             np.testing.assert_allclose(batched[f][i], getattr(m, f), rtol=1e-6, atol=1e-7, err_msg=f"env {i} {f}")
 
 

@@ -159,6 +159,29 @@ def test_mass_randomization_recomputes_the_models_derived_constants():
             np.testing.assert_allclose(getattr(m, f), getattr(ref, f), rtol=1e-9, err_msg=f)
 
 
+def test_batched_params_carry_the_derived_constants_of_each_envs_draw():
+    """The device backends' [N, ...] rows (``BatchedModelParams``, what mjx and mujoco_warp read) hold the constants
+    mj_setConst derives from each env's masses, inertias and centres of mass: those of the CPU backend's per-env model
+    for the same seed, also after a state_dict round trip (which stores only the draws)."""
+    from sim.mujoco_cpu import MujocoPhysics
+    from sim.randomization import BatchedModelParams
+
+    cfg = RandomizationConfig(mass=[0.7, 1.3], com_offset=0.01, armature=[0.8, 1.2])
+    cpu = _env(seed=3, n=3, mass=[0.7, 1.3], com_offset=0.01, armature=[0.8, 1.2]).physics
+    assert isinstance(cpu, MujocoPhysics)
+    batched = BatchedModelParams(cpu.model, cfg, 3, torch.device("cpu"), torch.float64)
+    for p in (cpu, batched):
+        p.randomize(torch.arange(3), torch.Generator().manual_seed(7))
+    restored = BatchedModelParams(cpu.model, cfg, 3, torch.device("cpu"), torch.float64)
+    restored.load_state_dict(batched.state_dict())
+    assert not any(k.removeprefix("model.") in BatchedModelParams.DERIVED for k in batched.state_dict())
+    for f in ("body_invweight0", "dof_invweight0"):
+        assert not np.allclose(batched.tensors[f][0].numpy(), getattr(cpu.model, f)), f  # the draws moved them
+        for params in (batched, restored):
+            for i, m in enumerate(cpu._models):
+                np.testing.assert_allclose(params.tensors[f][i].numpy(), getattr(m, f), rtol=1e-9, err_msg=f)
+
+
 def test_com_offset_moves_every_bodys_centre_of_mass():
     # The compiler marks bodies whose inertial frame is the body frame; the kinematics then ignored body_ipos (the
     # cube's offset had no effect) and mj_setConst refused the model.

@@ -74,7 +74,7 @@ def test_warp_and_cpu_backends_draw_the_same_parameters_for_a_seed():
     for p in (cpu, gpu):
         p.randomize(torch.arange(N), torch.Generator().manual_seed(5))
     for i, m in enumerate(cpu._models):
-        for f in ModelRandomizer.FIELDS:
+        for f in (*ModelRandomizer.FIELDS, "body_invweight0", "dof_invweight0"):  # draws, and mj_setConst's per env
             want, got = getattr(m, f), gpu._params.tensors[f][i].numpy()
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=f"env {i} {f}")
         assert not np.allclose(cpu._models[0].body_mass, cpu._models[1].body_mass)
