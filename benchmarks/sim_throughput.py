@@ -4,8 +4,8 @@ For each model (so101_lift, and a humanoid-sized model) and N in 16, 64, 256, 10
 
 * ours      - ``MujocoFamilyEnv.step`` with random actions (action checks, task observations and rewards,
               auto-resets, fault checks included);
-* rollout   - raw ``mujoco.rollout`` on the same model, threads and substeps, replaying ours' first env steps from
-              the very states ours started them in: the physical limit here;
+* rollout   - raw ``mujoco.rollout`` (its own thread pool) on the same model, threads and substeps, back to back,
+              replaying ours' first env steps from the very states ours started them in: the physics alone;
 * threadpool- a Python thread pool calling ``mj_step`` per env (the alternative design we measured against);
 * sync      - gymnasium ``SyncVectorEnv`` over our single-env adapter (the usual way to batch gym envs).
 
@@ -87,7 +87,7 @@ def measure_ours(task: str, n: int, budget: float) -> tuple[float, Replay]:
     inner = phys.step
     in_physics = [0.0]
 
-    def timed_physics(*args, **kwargs):  # the same rollout call ours makes, timed from inside ours
+    def timed_physics(*args, **kwargs):  # ours' physics call (mujoco.rollout per thread), timed from inside ours
         t0 = time.perf_counter()
         out = inner(*args, **kwargs)
         in_physics[0] += time.perf_counter() - t0
@@ -284,9 +284,10 @@ def main() -> None:
         "unit": "physics steps/s (env-steps/s x decimation), best of rounds",
         "physics_steps_per_s": {t: {k: {str(n): round(x) for n, x in v.items()} for k, v in res.items()
                                     if k != "share"} for t, res in results.items()},
-        "physics_share_note": "ratios[*].physics_share: of ours' wall-clock, the share spent inside the same "
-                              "mujoco.rollout call the raw baseline makes (one process, so immune to machine "
-                              "noise); 1 - share is ours' per-step work outside the physics",
+        "physics_share_note": "ratios[*].physics_share: of ours' wall-clock, the share spent inside its physics "
+                              "call (mujoco.rollout on one slice of the envs per thread, the caller stepping the "
+                              "first; one process, so immune to machine noise); 1 - share is ours' per-step work "
+                              "outside the physics. The raw baseline calls mujoco.rollout's own thread pool",
         "ratios": ratios,
         "rendered_env_steps_per_s_so101_lift_N16": render,
         "images_per_s_64x64_front_wrist_so101_lift": tiles,

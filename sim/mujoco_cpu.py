@@ -1,9 +1,18 @@
 """The embedded CPU backend: N MuJoCo simulations stepped in native threads with the GIL released.
 
-Stepping goes through ``mujoco.rollout`` with a persistent thread pool: one call advances every env by
-``nsubsteps`` physics steps in C, reading the full physics state and the held controls from preallocated
-arrays. We measured it against a Python thread pool calling ``mj_step`` per env (benchmarks/sim_throughput.py):
-rollout is faster at every N because the per-env Python overhead and GIL hand-offs are gone.
+Stepping goes through ``mujoco.rollout``: one call per thread advances a contiguous slice of the envs by
+``nsubsteps`` physics steps in C with the GIL released, reading the full physics state and the held controls from
+preallocated arrays. We measured it against a Python thread pool calling ``mj_step`` per env
+(benchmarks/sim_throughput.py): rollout is faster at every N because the per-env Python overhead and GIL hand-offs
+are gone.
+
+The calling thread steps the first slice itself and ``num_threads - 1`` worker threads the others, rather than
+``mujoco.rollout``'s own pool (``Rollout(nthread=k)``), whose k workers run while the caller sleeps. Between two
+env steps the caller is busy with the task's observations and rewards, the workers go idle, and waking them made
+each physics call slower than back-to-back calls: humanoid_walk at N = 64, 2 threads, 2.30 ms per call this way
+vs 2.60 ms through the pool inside ``env.step``; at N = 256, 8.8 vs 10.1 ms; so101_lift at N = 256, 17.0 vs
+18.2 ms (2026-12-05, one process alternating the two). Each env's result depends only on its own state and
+controls (the warm start is zeroed every control step), so the split changes no number.
 
 The batched state lives in one numpy array ``[N, nstate]`` (mjSTATE_FULLPHYSICS) and one ``[N, nuser]``
 (ctrl, mocap pose); the torch tensors handed to tasks are zero-copy views of them.
@@ -15,6 +24,8 @@ so a divergence shows up as non-finite state, which the env turns into ``termina
 from __future__ import annotations
 
 import copy
+import itertools
+from concurrent.futures import ThreadPoolExecutor
 
 import mujoco
 import mujoco.rollout
@@ -68,7 +79,11 @@ class MujocoPhysics(Physics):
         self._state[:] = self._state[0]
         self._user[:] = self._user[0]
         self._sens[:] = self._scratch.sensordata
-        self._datas = [mujoco.MjData(model) for _ in range(num_threads)]
+        # Contiguous slices, one per thread: slice 0 on the calling thread, the others on the workers.
+        k = max(1, min(num_threads, num_envs))
+        edges = [round(i * num_envs / k) for i in range(k + 1)]
+        self._slices = [slice(a, b) for a, b in itertools.pairwise(edges)]
+        self._datas = [[mujoco.MjData(model)] for _ in self._slices]
         # rollout takes one model per env: shared when nothing is randomized, private copies when it is.
         self._randomizer = None
         if randomization is not None and randomization.physics_enabled:
@@ -79,7 +94,8 @@ class MujocoPhysics(Physics):
                     movable_centres_of_mass(m)
         else:
             self._models = [model] * num_envs
-        self._pool = mujoco.rollout.Rollout(nthread=num_threads if num_threads > 1 else 0)
+        self._rollouts = [mujoco.rollout.Rollout(nthread=0) for _ in self._slices]
+        self._workers = ThreadPoolExecutor(k - 1, thread_name_prefix="mujoco_step") if k > 1 else None
         self._out_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._tiles = TiledRenderer(model, num_envs * max(1, model.ncam))
 
@@ -114,13 +130,22 @@ class MujocoPhysics(Physics):
         self.state.ctrl.copy_(ctrl.to(self.state.ctrl.dtype))
         control, state_out, sens_out = self._outputs(nsubsteps)
         control[:] = self._user[:, None, :]
+
         # Warm start zeroed each control step: the result of an env then depends only on its own state
         # and controls, never on which thread's MjData ran it before (determinism under threading).
-        self._pool.rollout(
-            self._models, self._datas, self._state, control, control_spec=_USER, skip_checks=True,
-            nstep=nsubsteps, initial_warmstart=self._warmstart, state=state_out, sensordata=sens_out,
-            chunk_size=max(1, self.num_envs // (self.num_threads * 4)),
-        )
+        def run(i: int) -> None:
+            s = self._slices[i]
+            self._rollouts[i].rollout(
+                self._models[s], self._datas[i], self._state[s], control[s], control_spec=_USER, skip_checks=True,
+                nstep=nsubsteps, initial_warmstart=self._warmstart[s], state=state_out[s], sensordata=sens_out[s],
+            )
+
+        others = [self._workers.submit(run, i) for i in range(1, len(self._slices))] if self._workers else []
+        try:
+            run(0)
+        finally:  # never return (or raise) while a worker still writes into the output arrays
+            for f in others:
+                f.result()
         self._state[:] = state_out[:, -1]
         self._sens[:] = sens_out[:, -1]
         self.state.invalidate()
@@ -186,6 +211,9 @@ class MujocoPhysics(Physics):
 
     def close(self) -> None:
         self._tiles.close()
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        if self._workers is not None:
+            self._workers.shutdown()
+            self._workers = None
+        for r in self._rollouts:
+            r.close()
+        self._rollouts = []

@@ -1,0 +1,45 @@
+"""The CPU backend's threading: the envs are split into one contiguous slice per thread (the caller steps the
+first), and no number may depend on how they are split."""
+
+import pytest
+import torch
+
+from sim.config import SimConfig
+from sim.registry import make_env
+
+
+def _trajectory(task: str, num_envs: int, num_threads: int, steps: int) -> list[torch.Tensor]:
+    env = make_env(task, SimConfig(num_envs=num_envs, num_threads=num_threads, seed=3))
+    try:
+        obs, _ = env.reset(seed=3)
+        g = torch.Generator().manual_seed(7)
+        out = [obs["policy"].clone()]
+        for _ in range(steps):  # resets included: humanoids fall under random actions within ~40 steps
+            obs, reward, _, _, _ = env.step(torch.rand(num_envs, env.action_dim, generator=g) * 2 - 1)
+            out += [obs["policy"].clone(), reward.clone(), env.physics.state.qpos.clone()]
+        return out
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("task,num_envs,steps", [("humanoid_walk", 5, 60), ("so101_lift", 5, 30)])
+def test_every_thread_count_steps_the_same_numbers(task, num_envs, steps):
+    ref = _trajectory(task, num_envs, 1, steps)
+    for threads in (2, 3, 8):  # uneven slices (2 + 1 + 2 envs at 3 threads), more threads than envs
+        got = _trajectory(task, num_envs, threads, steps)
+        for a, b in zip(ref, got, strict=True):
+            assert torch.equal(a, b), f"{task}: {threads} threads differ from 1"
+
+
+def test_slices_cover_every_env_once():
+    env = make_env("so101_reach", SimConfig(num_envs=7, num_threads=3))
+    try:
+        slices = env.physics._slices
+        assert [(s.start, s.stop) for s in slices] == [(0, 2), (2, 5), (5, 7)]
+    finally:
+        env.close()
+    env = make_env("so101_reach", SimConfig(num_envs=2, num_threads=4))
+    try:
+        assert len(env.physics._slices) == 2  # no empty slices, no idle workers
+    finally:
+        env.close()
