@@ -6,6 +6,8 @@ For each model (so101_lift, and a humanoid-sized model) and N in 16, 64, 256, 10
               auto-resets, fault checks included);
 * rollout   - raw ``mujoco.rollout`` (its own thread pool) on the same model, threads and substeps, back to back,
               replaying ours' first env steps from the very states ours started them in: the physics alone;
+* ours_pool - ours with the physics stepped as before 17315e3: every env in one call to ``mujoco.rollout``'s own
+              thread pool, whose workers run while the caller sleeps (ours steps a slice on the calling thread);
 * threadpool- a Python thread pool calling ``mj_step`` per env (the alternative design we measured against);
 * sync      - gymnasium ``SyncVectorEnv`` over our single-env adapter (the usual way to batch gym envs).
 
@@ -26,6 +28,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -76,10 +79,38 @@ class Replay:
         return u
 
 
-def measure_ours(task: str, n: int, budget: float) -> tuple[float, Replay]:
+def _step_through_rollouts_pool(phys: Any) -> None:
+    """Make ``phys`` (a ``MujocoPhysics``) step every env in one call to ``mujoco.rollout``'s own thread pool, as
+    it did before 17315e3: the same numbers, another threading."""
+    pool = mujoco.rollout.Rollout(nthread=THREADS)
+    datas = [mujoco.MjData(phys.model) for _ in range(THREADS)]
+    close = phys.close
+
+    def step(ctrl: torch.Tensor, nsubsteps: int) -> torch.Tensor:
+        phys.state.ctrl.copy_(ctrl.to(phys.state.ctrl.dtype))
+        control, state_out, sens_out = phys._outputs(nsubsteps)
+        control[:] = phys._user[:, None, :]
+        pool.rollout(phys._models, datas, phys._state, control, control_spec=USER, skip_checks=True,
+                     nstep=nsubsteps, initial_warmstart=phys._warmstart, state=state_out, sensordata=sens_out,
+                     chunk_size=max(1, phys.num_envs // (THREADS * 4)))
+        phys._state[:] = state_out[:, -1]
+        phys._sens[:] = sens_out[:, -1]
+        phys.state.invalidate()
+        return torch.zeros(phys.num_envs, dtype=torch.bool)
+
+    def close_both() -> None:
+        pool.close()
+        close()
+
+    phys.step, phys.close = step, close_both
+
+
+def measure_ours(task: str, n: int, budget: float, rollouts_pool: bool = False) -> tuple[float, Replay]:
     env = make_env(task, SimConfig(num_envs=n, num_threads=THREADS, seed=0))
-    env.reset(seed=0)
     phys = env.physics
+    if rollouts_pool:
+        _step_through_rollouts_pool(phys)
+    env.reset(seed=0)
     replay = Replay(phys.model, phys._state.copy(), phys._user.copy(), env.task.decimation)
     g = torch.Generator().manual_seed(0)
     actions = [torch.rand(n, env.action_dim, generator=g) * 2 - 1 for _ in range(8)]
@@ -241,10 +272,16 @@ def main() -> None:
     tasks = ["so101_lift"] + (["humanoid_walk"] if "humanoid_walk" in task_names() else [])
     results: dict[str, dict[str, dict[int, float]]] = {}
     for task in tasks:
-        res = results.setdefault(task, {"ours": {}, "rollout": {}, "threadpool": {}, "sync": {}, "share": {}})
+        res = results.setdefault(task, {"ours": {}, "ours_pool": {}, "rollout": {}, "threadpool": {}, "sync": {},
+                                        "share": {}})
         for n in sizes:
-            for _ in range(args.rounds):
+            for r in range(args.rounds):
+                if r % 2:  # alternate which stepping goes first
+                    pool = measure_ours(task, n, budget, rollouts_pool=True)[0]
                 ours, replay = measure_ours(task, n, budget)
+                if not r % 2:
+                    pool = measure_ours(task, n, budget, rollouts_pool=True)[0]
+                res["ours_pool"][n] = max(res["ours_pool"].get(n, 0.0), pool)
                 sub = replay.sub
                 raw = measure_rollout(replay, budget)
                 tp = measure_threadpool(replay, budget)
@@ -269,7 +306,8 @@ def main() -> None:
         for n in sizes:
             r = {"vs_rollout": res["ours"][n] / res["rollout"][n],
                  "vs_threadpool": res["ours"][n] / res["threadpool"][n],
-                 "physics_share": res["share"][n]}
+                 "physics_share": res["share"][n],
+                 "vs_ours_pool": res["ours"][n] / res["ours_pool"][n]}
             if n in res["sync"]:
                 r["vs_sync"] = res["ours"][n] / res["sync"][n]
             ratios[f"{task}/N={n}"] = {k: round(v, 3) for k, v in r.items()}
@@ -299,7 +337,8 @@ def main() -> None:
 
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.2), squeeze=False)
     for ax, (task, res) in zip(axes[0], results.items()):
-        for name, style in (("ours", "o-"), ("rollout", "s--"), ("threadpool", "^:"), ("sync", "x-.")):
+        for name, style in (("ours", "o-"), ("ours_pool", "o:"), ("rollout", "s--"), ("threadpool", "^:"),
+                            ("sync", "x-.")):
             if res[name]:
                 ns = sorted(res[name])
                 ax.plot(ns, [res[name][n] for n in ns], style, label=name)
