@@ -6,8 +6,11 @@ For each model (so101_lift, and a humanoid-sized model) and N in 16, 64, 256, 10
               auto-resets, fault checks included);
 * rollout   - raw ``mujoco.rollout`` (its own thread pool) on the same model, threads and substeps, back to back,
               replaying ours' first env steps from the very states ours started them in: the physics alone;
-* ours_pool - ours with the physics stepped as before 17315e3: every env in one call to ``mujoco.rollout``'s own
-              thread pool, whose workers run while the caller sleeps (ours steps a slice on the calling thread);
+* stepping  - an A/B inside ours: the same env stepped in alternating blocks of 25 env steps by its physics
+              (a slice of the envs per thread, the caller stepping the first) and as before 17315e3 (every env in
+              one call to ``mujoco.rollout``'s own pool, whose workers run while the caller sleeps). Both step the
+              same numbers, so one trajectory serves both, and interleaving makes the ratio immune to the
+              machine's drift;
 * threadpool- a Python thread pool calling ``mj_step`` per env (the alternative design we measured against);
 * sync      - gymnasium ``SyncVectorEnv`` over our single-env adapter (the usual way to batch gym envs).
 
@@ -26,6 +29,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -79,12 +83,11 @@ class Replay:
         return u
 
 
-def _step_through_rollouts_pool(phys: Any) -> None:
-    """Make ``phys`` (a ``MujocoPhysics``) step every env in one call to ``mujoco.rollout``'s own thread pool, as
-    it did before 17315e3: the same numbers, another threading."""
+def _rollouts_pool_step(phys: Any) -> tuple[Callable[..., torch.Tensor], Callable[[], None]]:
+    """A step for ``phys`` (a ``MujocoPhysics``) through ``mujoco.rollout``'s own thread pool, every env in one call,
+    as ours stepped before 17315e3 (the same numbers, another threading), and the pool's close."""
     pool = mujoco.rollout.Rollout(nthread=THREADS)
     datas = [mujoco.MjData(phys.model) for _ in range(THREADS)]
-    close = phys.close
 
     def step(ctrl: torch.Tensor, nsubsteps: int) -> torch.Tensor:
         phys.state.ctrl.copy_(ctrl.to(phys.state.ctrl.dtype))
@@ -98,19 +101,55 @@ def _step_through_rollouts_pool(phys: Any) -> None:
         phys.state.invalidate()
         return torch.zeros(phys.num_envs, dtype=torch.bool)
 
-    def close_both() -> None:
-        pool.close()
-        close()
-
-    phys.step, phys.close = step, close_both
+    return step, pool.close
 
 
-def measure_ours(task: str, n: int, budget: float, rollouts_pool: bool = False) -> tuple[float, Replay]:
+def measure_stepping_ab(task: str, n: int, budget: float, block: int = 25) -> dict[str, float]:
+    """Env steps/s and ms per physics call of ours' stepping (``current``) and the pool's (``pool``), in alternating
+    blocks of ``block`` env steps of one env (each block's first step untimed: it pays the switch)."""
     env = make_env(task, SimConfig(num_envs=n, num_threads=THREADS, seed=0))
-    phys = env.physics
-    if rollouts_pool:
-        _step_through_rollouts_pool(phys)
     env.reset(seed=0)
+    phys = env.physics
+    steppers = {"current": phys.step}
+    steppers["pool"], close_pool = _rollouts_pool_step(phys)
+    g = torch.Generator().manual_seed(0)
+    actions = [torch.rand(n, env.action_dim, generator=g) * 2 - 1 for _ in range(8)]
+    wall = dict.fromkeys(steppers, 0.0)
+    physics = dict.fromkeys(steppers, 0.0)
+    steps = dict.fromkeys(steppers, 0)
+    in_call = [0.0]
+    k = 0
+    t_end = time.perf_counter() + 2 * budget
+    while time.perf_counter() < t_end or min(steps.values()) == 0:
+        for name, inner in steppers.items():
+            def timed(*args: Any, inner: Callable = inner) -> torch.Tensor:
+                t0 = time.perf_counter()
+                try:
+                    return inner(*args)
+                finally:
+                    in_call[0] += time.perf_counter() - t0
+            phys.step = timed
+            env.step(actions[k % 8])  # the switch, untimed
+            k += 1
+            in_call[0], t0 = 0.0, time.perf_counter()
+            for _ in range(block - 1):
+                env.step(actions[k % 8])
+                k += 1
+            wall[name] += time.perf_counter() - t0
+            physics[name] += in_call[0]
+            steps[name] += block - 1
+    phys.step = steppers["current"]
+    close_pool()
+    env.close()
+    sub = env.task.decimation
+    return {f"{name}_physics_steps_per_s": n * sub * steps[name] / wall[name] for name in steppers} | {
+        f"{name}_ms_per_physics_call": 1e3 * physics[name] / steps[name] for name in steppers}
+
+
+def measure_ours(task: str, n: int, budget: float) -> tuple[float, Replay]:
+    env = make_env(task, SimConfig(num_envs=n, num_threads=THREADS, seed=0))
+    env.reset(seed=0)
+    phys = env.physics
     replay = Replay(phys.model, phys._state.copy(), phys._user.copy(), env.task.decimation)
     g = torch.Generator().manual_seed(0)
     actions = [torch.rand(n, env.action_dim, generator=g) * 2 - 1 for _ in range(8)]
@@ -271,17 +310,15 @@ def main() -> None:
     budget = args.budget or (0.5 if args.quick else 1.5)
     tasks = ["so101_lift"] + (["humanoid_walk"] if "humanoid_walk" in task_names() else [])
     results: dict[str, dict[str, dict[int, float]]] = {}
+    stepping: dict[str, dict[str, dict[str, float]]] = {}
     for task in tasks:
-        res = results.setdefault(task, {"ours": {}, "ours_pool": {}, "rollout": {}, "threadpool": {}, "sync": {},
-                                        "share": {}})
+        res = results.setdefault(task, {"ours": {}, "rollout": {}, "threadpool": {}, "sync": {}, "share": {}})
         for n in sizes:
-            for r in range(args.rounds):
-                if r % 2:  # alternate which stepping goes first
-                    pool = measure_ours(task, n, budget, rollouts_pool=True)[0]
+            ab = measure_stepping_ab(task, n, budget * args.rounds)
+            stepping.setdefault(task, {})[str(n)] = {k: round(v, 4 if "ms" in k else 0) for k, v in ab.items()}
+            print(f"{task:14s} N={n:5d} stepping A/B {stepping[task][str(n)]}", flush=True)
+            for _ in range(args.rounds):
                 ours, replay = measure_ours(task, n, budget)
-                if not r % 2:
-                    pool = measure_ours(task, n, budget, rollouts_pool=True)[0]
-                res["ours_pool"][n] = max(res["ours_pool"].get(n, 0.0), pool)
                 sub = replay.sub
                 raw = measure_rollout(replay, budget)
                 tp = measure_threadpool(replay, budget)
@@ -306,8 +343,7 @@ def main() -> None:
         for n in sizes:
             r = {"vs_rollout": res["ours"][n] / res["rollout"][n],
                  "vs_threadpool": res["ours"][n] / res["threadpool"][n],
-                 "physics_share": res["share"][n],
-                 "vs_ours_pool": res["ours"][n] / res["ours_pool"][n]}
+                 "physics_share": res["share"][n]}
             if n in res["sync"]:
                 r["vs_sync"] = res["ours"][n] / res["sync"][n]
             ratios[f"{task}/N={n}"] = {k: round(v, 3) for k, v in r.items()}
@@ -317,6 +353,8 @@ def main() -> None:
                 goals.append(goal(f"ours_physics_share_{task}_N{n}", r["physics_share"], 0.85, ">="))
                 if "vs_sync" in r:
                     goals.append(goal(f"ours_vs_sync_vector_env_{task}_N{n}", r["vs_sync"], 5.0, ">="))
+            ab = stepping[task][str(n)]
+            ab["ratio_current_over_pool"] = round(ab["current_physics_steps_per_s"] / ab["pool_physics_steps_per_s"], 3)
     data = {
         "threads": THREADS,
         "unit": "physics steps/s (env-steps/s x decimation), best of rounds",
@@ -327,6 +365,11 @@ def main() -> None:
                               "first; one process, so immune to machine noise); 1 - share is ours' per-step work "
                               "outside the physics. The raw baseline calls mujoco.rollout's own thread pool",
         "ratios": ratios,
+        "stepping_ab": stepping,
+        "stepping_ab_note": "env steps of one env alternating, in blocks of 25, ours' stepping (current: a slice of "
+                            "the envs per thread, the caller stepping the first) and the one before 17315e3 (pool: "
+                            "every env in one call to mujoco.rollout's own thread pool); the same numbers either "
+                            "way. physics steps/s of the whole env.step, and ms per physics call",
         "rendered_env_steps_per_s_so101_lift_N16": render,
         "images_per_s_64x64_front_wrist_so101_lift": tiles,
     }
@@ -337,8 +380,7 @@ def main() -> None:
 
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.2), squeeze=False)
     for ax, (task, res) in zip(axes[0], results.items()):
-        for name, style in (("ours", "o-"), ("ours_pool", "o:"), ("rollout", "s--"), ("threadpool", "^:"),
-                            ("sync", "x-.")):
+        for name, style in (("ours", "o-"), ("rollout", "s--"), ("threadpool", "^:"), ("sync", "x-.")):
             if res[name]:
                 ns = sorted(res[name])
                 ax.plot(ns, [res[name][n] for n in ns], style, label=name)
