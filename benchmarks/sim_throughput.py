@@ -6,7 +6,7 @@ For each model (so101_lift, and a humanoid-sized model) and N in 16, 64, 256, 10
               auto-resets, fault checks included);
 * rollout   - raw ``mujoco.rollout`` (its own thread pool) on the same model, threads and substeps, back to back,
               replaying ours' first env steps from the very states ours started them in: the physics alone;
-* stepping  - an A/B inside ours: the same env stepped in alternating blocks of 25 env steps by its physics
+* stepping  - an A/B inside ours: the same env stepped in alternating blocks of env steps (~0.2 s) by its physics
               (a slice of the envs per thread, the caller stepping the first) and as before 17315e3 (every env in
               one call to ``mujoco.rollout``'s own pool, whose workers run while the caller sleeps). Both step the
               same numbers, so one trajectory serves both, and interleaving makes the ratio immune to the
@@ -104,9 +104,10 @@ def _rollouts_pool_step(phys: Any) -> tuple[Callable[..., torch.Tensor], Callabl
     return step, pool.close
 
 
-def measure_stepping_ab(task: str, n: int, budget: float, block: int = 25) -> dict[str, float]:
+def measure_stepping_ab(task: str, n: int, budget: float, min_blocks: int = 10) -> dict[str, float]:
     """Env steps/s and ms per physics call of ours' stepping (``current``) and the pool's (``pool``), in alternating
-    blocks of ``block`` env steps of one env (each block's first step untimed: it pays the switch)."""
+    blocks of env steps of one env (each block's first step untimed: it pays the switch), 4-25 steps per block
+    (~0.2 s), at least ``min_blocks`` blocks of each: few long blocks let the machine's drift decide."""
     env = make_env(task, SimConfig(num_envs=n, num_threads=THREADS, seed=0))
     env.reset(seed=0)
     phys = env.physics
@@ -117,10 +118,15 @@ def measure_stepping_ab(task: str, n: int, budget: float, block: int = 25) -> di
     wall = dict.fromkeys(steppers, 0.0)
     physics = dict.fromkeys(steppers, 0.0)
     steps = dict.fromkeys(steppers, 0)
+    t0 = time.perf_counter()
+    for k in range(3):  # warm-up, and the length of a step
+        env.step(actions[k % 8])
+    block = int(min(25, max(4, 0.2 / ((time.perf_counter() - t0) / 3))))
     in_call = [0.0]
-    k = 0
+    k, blocks = 3, 0
     t_end = time.perf_counter() + 2 * budget
-    while time.perf_counter() < t_end or min(steps.values()) == 0:
+    while time.perf_counter() < t_end or blocks < min_blocks:
+        blocks += 1
         for name, inner in steppers.items():
             def timed(*args: Any, inner: Callable = inner) -> torch.Tensor:
                 t0 = time.perf_counter()
@@ -366,10 +372,11 @@ def main() -> None:
                               "outside the physics. The raw baseline calls mujoco.rollout's own thread pool",
         "ratios": ratios,
         "stepping_ab": stepping,
-        "stepping_ab_note": "env steps of one env alternating, in blocks of 25, ours' stepping (current: a slice of "
-                            "the envs per thread, the caller stepping the first) and the one before 17315e3 (pool: "
-                            "every env in one call to mujoco.rollout's own thread pool); the same numbers either "
-                            "way. physics steps/s of the whole env.step, and ms per physics call",
+        "stepping_ab_note": "env steps of one env alternating, in blocks of 4-25 (~0.2 s; >= 10 blocks each), "
+                            "ours' stepping (current: a slice of the envs per thread, the caller stepping the "
+                            "first) and the one before 17315e3 (pool: every env in one call to mujoco.rollout's own "
+                            "thread pool); the same numbers either way. physics steps/s of the whole env.step, and "
+                            "ms per physics call",
         "rendered_env_steps_per_s_so101_lift_N16": render,
         "images_per_s_64x64_front_wrist_so101_lift": tiles,
     }
