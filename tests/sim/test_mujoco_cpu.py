@@ -43,3 +43,19 @@ def test_slices_cover_every_env_once():
         assert len(env.physics._slices) == 2  # no empty slices, no idle workers
     finally:
         env.close()
+
+
+def test_close_joins_the_worker_threads():
+    import threading
+
+    def workers() -> int:
+        return sum(t.name.startswith("mujoco_step") for t in threading.enumerate())
+
+    before = workers()
+    env = make_env("so101_reach", SimConfig(num_envs=6, num_threads=3))
+    env.reset(seed=0)
+    env.step(torch.zeros(6, env.action_dim))
+    assert workers() == before + 2  # the caller steps the first slice itself
+    env.close()
+    env.close()  # twice is harmless
+    assert workers() == before
