@@ -397,7 +397,8 @@ def main() -> None:
         "physics_share_note": "ratios[*].physics_share: of ours' wall-clock, the share spent inside its physics "
                               "call (mujoco.rollout on one slice of the envs per thread, the caller stepping the "
                               "first; one process, so immune to machine noise); 1 - share is ours' per-step work "
-                              "outside the physics. The raw baseline calls mujoco.rollout's own thread pool",
+                              "outside the physics. The physics alone (rollout) is the faster of rollout_pool (mujoco.rollout's "
+                              "own thread pool) and rollout_slices (ours' stepping), both back to back",
         "ratios": ratios,
         "stepping_ab": stepping,
         "stepping_ab_note": "env steps of one env alternating, in blocks of 4-25 (~0.2 s; >= 10 blocks each), "

@@ -9,10 +9,11 @@ are gone.
 The calling thread steps the first slice itself and ``num_threads - 1`` worker threads the others, rather than
 ``mujoco.rollout``'s own pool (``Rollout(nthread=k)``), whose k workers run while the caller sleeps. Between two
 env steps the caller is busy with the task's observations and rewards, the workers go idle, and waking them made
-each physics call slower than back-to-back calls: humanoid_walk at N = 64, 2 threads, 2.30 ms per call this way
-vs 2.60 ms through the pool inside ``env.step``; at N = 256, 8.8 vs 10.1 ms; so101_lift at N = 256, 17.0 vs
-18.2 ms (2026-12-05, one process alternating the two). Each env's result depends only on its own state and
-controls (the warm start is zeroed every control step), so the split changes no number.
+each physics call slower than back-to-back calls. Inside ``env.step``, 2 threads, one env alternating the two
+(``benchmarks/sim_throughput.py``, ``stepping_ab``, 2026-12-05): humanoid_walk 2.45 vs 2.59 ms per call at N = 64
+and 8.99 vs 10.16 ms at N = 256, so101_lift 16.96 vs 18.78 ms at N = 256; at N = 1024, where the physics call
+dominates, a wash (0.98-1.02x the env steps/s). Each env's result depends only on its own state and controls (the
+warm start is zeroed every control step), so the split changes no number.
 
 The batched state lives in one numpy array ``[N, nstate]`` (mjSTATE_FULLPHYSICS) and one ``[N, nuser]``
 (ctrl, mocap pose); the torch tensors handed to tasks are zero-copy views of them.
