@@ -131,7 +131,15 @@ class MujocoPhysics(Physics):
         self.state.ctrl.copy_(ctrl.to(self.state.ctrl.dtype))
         control, state_out, sens_out = self._outputs(nsubsteps)
         control[:] = self._user[:, None, :]
+        self._advance(control, nsubsteps, state_out, sens_out)
+        self._state[:] = state_out[:, -1]
+        self._sens[:] = sens_out[:, -1]
+        self.state.invalidate()
+        return torch.zeros(self.num_envs, dtype=torch.bool)
 
+    def _advance(self, control: np.ndarray, nsubsteps: int, state_out: np.ndarray, sens_out: np.ndarray) -> None:
+        """Every env ``nsubsteps`` physics steps from ``self._state`` under ``control`` [N, nsubsteps, nuser], each
+        substep's state and sensors into ``state_out`` / ``sens_out``: one slice per thread, the caller's first."""
         # Warm start zeroed each control step: the result of an env then depends only on its own state
         # and controls, never on which thread's MjData ran it before (determinism under threading).
         def run(i: int) -> None:
@@ -147,10 +155,6 @@ class MujocoPhysics(Physics):
         finally:  # never return (or raise) while a worker still writes into the output arrays
             for f in others:
                 f.result()
-        self._state[:] = state_out[:, -1]
-        self._sens[:] = sens_out[:, -1]
-        self.state.invalidate()
-        return torch.zeros(self.num_envs, dtype=torch.bool)
 
     def randomize(self, env_ids: torch.Tensor, gen: torch.Generator) -> None:
         if self._randomizer is None:
