@@ -48,7 +48,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from benchmarks.common import RESULTS, goal, robot_rl_command, save_figure, write_result
-from policies.execution import set_executed_steps, set_mean_of_samples, set_temporal_ensemble
+from policies.execution import (
+    set_executed_steps,
+    set_mean_of_samples,
+    set_median_actions,
+    set_temporal_ensemble,
+)
 from policies.flow_vla.config import FlowVLAConfig
 from robot_rl.cli.collect import DISTURBANCE_DURING
 
@@ -438,6 +443,9 @@ def main() -> None:
     p.add_argument("--mean-of-samples", type=int, default=FlowVLAConfig().mean_of_samples,
                    help="ours: act with the mean of this many sampled chunks per observation (set before the "
                         "selection; policies trained before the option exist load with 1)")
+    p.add_argument("--median-actions", default=None,
+                   help="ours: comma list of action features taken as the median of the sampled chunks at "
+                        "evaluation, set before the selection (default: the policy's own, as trained; '' for none)")
     p.add_argument("--one-executed-for-all", action="store_true",
                    help="ours: choose one executed-steps value for every task (default: each task its own)")
     p.add_argument("--episodes", type=int, default=100, help="evaluation episodes per task")
@@ -516,6 +524,9 @@ def main() -> None:
             policies[m] = load_policy(rec["policy"])
             set_mean_of_samples(policies[m], a.mean_of_samples)
             rec["mean_of_samples_at_eval"] = a.mean_of_samples
+            if a.median_actions is not None:
+                set_median_actions(policies[m], [n for n in a.median_actions.split(",") if n])
+            rec["median_actions_at_eval"] = list(policies[m].cfg.median_actions)
             candidates = [Execution(int(k)) for k in a.select_executed.split(",") if k] + [
                 Execution(int(k), a.temporal_ensemble) for k in a.select_ensembled.split(",") if k]
             if candidates and not a.executed_steps:

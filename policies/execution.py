@@ -108,6 +108,26 @@ def set_sample_reduction(policy: Policy, how: str) -> None:
         raise ValueError(f"bad config: {err}") from None
 
 
+def set_median_actions(policy: Policy, names: list[str]) -> None:
+    """Make a sampling policy take the median of its sampled chunks for the action features ``names`` (the mean or
+    ``sample_reduction`` for the others; ``policies.flow_vla.flow.reduce_samples``). ``robot-rl eval
+    median_actions=[...]``; benchmarks.
+
+    Raises:
+        ValueError: the policy's config has no ``median_actions``, or its actions lack one of the names.
+    """
+    if not dataclasses.is_dataclass(policy.cfg) or not hasattr(policy.cfg, "median_actions"):
+        raise ValueError(f"bad config: median_actions={names} is for policies that sample their actions (the flow "
+                         f"VLA); this {policy.type_name} policy does not")
+    before = policy.cfg
+    policy.cfg = dataclasses.replace(policy.cfg, median_actions=list(names))
+    try:
+        policy.median_dims()
+    except ValueError as err:
+        policy.cfg = before
+        raise ValueError(f"bad config: {err}") from None
+
+
 def subset_obs(obs: Mapping[str, Any], env_ids: torch.Tensor) -> dict[str, Any]:
     """The rows ``env_ids`` of every observation entry: tensors indexed on their first dim, lists and tuples
     (``task``: list[str]) picked element by element; anything else (a str, None) passed as it is."""

@@ -144,6 +144,12 @@ def test_sample_reductions_by_hand():
     torch.testing.assert_close(reduce_samples(two, "medoid"), torch.tensor([[[4.0, 0.0]], [[5.0, 1.0]]]))
     even = torch.tensor([1.0, 4.0, 2.0, 3.0]).reshape(1, 4, 1, 1)
     assert reduce_samples(even, "median").item() == 2.0  # the lower middle
+    # median_dims: those action dimensions by the median whatever the reduction: (3, 3) and (4, 3)
+    torch.testing.assert_close(reduce_samples(x, "mean", median_dims=[1]), torch.tensor([[[3.0, 3.0]]]))
+    torch.testing.assert_close(reduce_samples(x, "medoid", median_dims=[1]), torch.tensor([[[4.0, 3.0]]]))
+    split = torch.tensor([-1.0, -1.0, 1.0, 1.0, 1.0]).reshape(1, 5, 1, 1)  # two modes, the larger at +1
+    assert reduce_samples(split, "mean").item() == pytest.approx(0.2)  # between the modes
+    assert reduce_samples(split, "mean", median_dims=[0]).item() == 1.0  # inside the larger one
     with pytest.raises(ValueError, match="unknown sample reduction"):
         reduce_samples(x, "mode")
     with pytest.raises(ValueError, match=r"\[N, K, H, A\]"):
@@ -373,6 +379,34 @@ def test_the_action_is_the_mean_of_chunks_from_successive_fixed_draws(conditioni
         set_sample_reduction(pol, "mode")
     with pytest.raises(ValueError, match="policies that sample"):
         set_sample_reduction(GaussianPolicy(GaussianPolicyConfig(obs_dim=3, action_dim=2)), "median")
+
+
+def test_median_actions_take_the_median_of_the_named_action_features():
+    from policies.execution import set_median_actions
+
+    names = [f"joint{i}.pos" for i in range(6)]
+    pol = FlowVLAPolicy.from_stats(_stats(), TASKS, _tiny_cfg(mean_of_samples=5, median_actions=["joint4.pos"]),
+                                   action_names=names)
+    pol.eval()
+    assert pol.median_dims() == [4]
+    frame = {key: v for key, v in _batch(3).items() if key != keys.ACTION_COL}
+    g = torch.Generator().manual_seed(pol.cfg.noise_seed)
+    draws = [torch.randn(4, 6, generator=g) for _ in range(5)]
+    state = frame[keys.OBS_STATE]
+    normed = torch.stack([pol.normalize_actions(pol.act(frame, noise=e.expand(3, 4, 6)), state) for e in draws], 1)
+    expected = normed.mean(dim=1)
+    expected[..., 4] = normed[..., 4].median(dim=1).values
+    got = pol.act(frame)
+    torch.testing.assert_close(got, pol.denormalize_actions(expected, state), rtol=1e-5, atol=1e-4)
+    set_median_actions(pol, [])  # the plain mean differs in that dimension only
+    plain = pol.act(frame)
+    assert (plain[..., 4] - got[..., 4]).abs().max() > 1e-3
+    torch.testing.assert_close(plain[..., :4], got[..., :4], rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match=r"bad config: median_actions names \['gripper.pos'\]"):
+        set_median_actions(pol, ["gripper.pos"])
+    assert pol.cfg.median_actions == []  # a refused setting leaves the policy as it was
+    with pytest.raises(ValueError, match="have no names"):  # a misnamed feature fails before any training
+        FlowVLAPolicy.from_stats(_stats(), TASKS, _tiny_cfg(median_actions=["joint4.pos"]))
 
 
 def test_conditioning_dropout_and_guidance():

@@ -96,7 +96,7 @@ def test_robot_rl_eval_runs_an_offline_policy_on_a_task_it_names(lerobot_dataset
     code = main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "task.episode_length=6",
                  "num_episodes=2", "num_envs=2", "video=false", f"out_dir={out}",
                  "randomization.light_scale=[0.6,1.2]", "executed_steps=4", "temporal_ensemble=0.01",
-                 "mean_of_samples=2", "sample_reduction=medoid"])
+                 "mean_of_samples=2", "sample_reduction=medoid", "median_actions=[wrist_roll.pos,gripper.pos]"])
     assert code == 0, capsys.readouterr().err
     report = json.loads((out / "eval.json").read_text())
     result = report["eval"]
@@ -104,6 +104,9 @@ def test_robot_rl_eval_runs_an_offline_policy_on_a_task_it_names(lerobot_dataset
     assert report["executed_steps"] == 4  # the policy was trained with 2; this evaluation asked for 4
     assert report["temporal_ensemble"] == 0.01 and report["mean_of_samples"] == 2
     assert report["sample_reduction"] == "medoid"
+    assert report["median_actions"] == ["wrist_roll.pos", "gripper.pos"]
+    assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "median_actions=[wrist.pos]"]) == 2
+    assert "median_actions names ['wrist.pos']" in capsys.readouterr().err
     assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "sample_reduction=mode"]) == 2
     assert "sample_reduction must be one of" in capsys.readouterr().err
     assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "mean_of_samples=0"]) == 2

@@ -117,6 +117,14 @@ class FlowVLAConfig:
     # 0.535 (mean / median / medoid); the medoid's single chunk misses the approach as one sample does
     # (vla_bc.json, "sample_reduction_trial_2026_12_04").
     sample_reduction: str = "mean"
+    # Action features (the processor's action names, e.g. LeRobot's "wrist_roll.pos", "gripper.pos") whose value
+    # is the per-coordinate median of the sampled chunks instead of ``sample_reduction``'s: dimensions whose samples
+    # split between modes, where the mean lies between them (``flow.reduce_samples``). Empty: none. vla_bc.py
+    # names the SO-101's wrist roll (a square cube's faces are reached by turning either way) and gripper (closing
+    # now or a step later): on two trainings' weights (vla_bc's seed-0 recipe on the current and the earlier front
+    # view, 2 x 400 pick episodes on seeds no benchmark uses) pick 0.791 -> 0.825 (vla_bc.json,
+    # "median_actions_trial_2026_12_05").
+    median_actions: list[str] = field(default_factory=list)
     action_std_min: float = 1e-2  # degrees: floor of the action std used for normalisation (constant joints)
     # Predict each chunk relative to the joints at its first frame (a_h - q, normalised per chunk step h by the
     # dataset's statistics of that difference) instead of as absolute targets; the policy's input and output stay

@@ -17,7 +17,7 @@ and seedably as U^(1/α).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -97,16 +97,28 @@ def time_embedding(t: torch.Tensor, dim: int, min_period: float = 4e-3, max_peri
 SAMPLE_REDUCTIONS = ("mean", "median", "medoid")
 
 
-def reduce_samples(x: torch.Tensor, how: str = "mean") -> torch.Tensor:
+def reduce_samples(x: torch.Tensor, how: str = "mean", median_dims: Sequence[int] = ()) -> torch.Tensor:
     """One chunk [N, H, A] from K sampled chunks per row [N, K, H, A].
 
     - ``mean``: their mean (an estimate of the conditional mean chunk; between two modes it lies in neither);
     - ``median``: the per-coordinate median (the lower middle value when K is even, as ``torch.median``);
     - ``medoid``: the sampled chunk whose summed Euclidean distance to the row's other chunks is least (a chunk the
       sampler produced, so it stays inside one mode; the first such on ties).
+
+    The action dimensions ``median_dims`` then take the per-coordinate median whatever ``how`` is: for a dimension
+    whose samples split between modes (a wrist roll that may turn either way to a square cube's faces, a gripper
+    that closes now or a step later) the median lies in the larger mode, the mean between them.
     """
     if x.dim() != 4:
         raise ValueError(f"samples must be [N, K, H, A], got shape {list(x.shape)}")
+    out = _reduce(x, how)
+    if median_dims:
+        dims = list(median_dims)
+        out[..., dims] = x[..., dims].median(dim=1).values
+    return out
+
+
+def _reduce(x: torch.Tensor, how: str) -> torch.Tensor:
     if how == "mean":
         return x.mean(dim=1)
     if how == "median":

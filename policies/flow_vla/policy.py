@@ -10,8 +10,8 @@ scaled to [-1, 1]. No privileged simulator state is read.
 Sampling (``act``): x_1 = ε (when ``deterministic``, fixed draws ε* from ``cfg.noise_seed`` for every env: the
 same chunk for the same frame, whatever the batch it is in; fresh N(0, I) otherwise; or the ``noise`` given), then
 ``cfg.num_steps`` Euler steps to t = 0 (``policies.flow_vla.flow``); the action is the mean (or, by
-``cfg.sample_reduction``, the median or the medoid) of ``cfg.mean_of_samples`` such chunks per frame (one when
-``noise`` is given). With conditioning, the indicator of each frame (``CONDITION_KEY``; 1 when absent) conditions
+``cfg.sample_reduction``, the median or the medoid; the dimensions of ``cfg.median_actions`` the median) of
+``cfg.mean_of_samples`` such chunks per frame (one when ``noise`` is given). With conditioning, the indicator of each frame (``CONDITION_KEY``; 1 when absent) conditions
 v_c, and v = v_u + β (v_c − v_u) with β = ``cfg.guidance_beta``.
 """
 
@@ -109,6 +109,7 @@ class FlowVLAPolicy(Policy):
         if longest > cfg.max_words:
             raise ValueError(f"a training task has {longest} words, more than max_words={cfg.max_words}")
         policy = cls(cfg, default_processor(cfg, state_names, action_names))
+        policy.median_dims()  # a misnamed action fails before training, not at the first evaluation
         policy.set_stats(stats)
         return policy
 
@@ -282,8 +283,25 @@ class FlowVLAPolicy(Policy):
             x1 = self.fixed_noise(n).flatten(0, 1)  # [n·K, H, A], env-major
         else:
             x1 = torch.randn(n * k, *shape[1:], device=self.device)
-        x0 = reduce_samples(self._integrate(context, x1, indicator, k).unflatten(0, (n, k)), cfg.sample_reduction)
+        x0 = reduce_samples(self._integrate(context, x1, indicator, k).unflatten(0, (n, k)), cfg.sample_reduction,
+                            self.median_dims())
         return self.denormalize_actions(x0, self._raw_state(obs, n))
+
+    def median_dims(self) -> list[int]:
+        """The action dimensions of ``cfg.median_actions``, by the processor's action names.
+
+        Raises:
+            ValueError: a name the policy's actions do not have (or actions without names).
+        """
+        wanted = self.cfg.median_actions
+        if not wanted:
+            return []
+        names = list(self.processor.features.action_names)
+        missing = [w for w in wanted if w not in names]
+        if missing:
+            have = f"its action names are {names}" if names else "its actions have no names (a dataset without them)"
+            raise ValueError(f"median_actions names {missing}, which this policy's actions lack: {have}")
+        return [names.index(w) for w in wanted]
 
     def _raw_state(self, frame: Mapping[str, Any], n: int) -> torch.Tensor:
         """The frame's joints in degrees [n, P] (the anchor of relative chunks)."""

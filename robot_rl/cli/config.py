@@ -108,6 +108,9 @@ class EvalCommand(EvalSettings):
     # how a sampling policy's sampled chunks become one in this evaluation ("mean", "median", "medoid"; None: the
     # policy's own); recorded in eval.json
     sample_reduction: str | None = None
+    # action features a sampling policy reduces by the median of its sampled chunks in this evaluation (e.g.
+    # [wrist_roll.pos,gripper.pos]; None: the policy's own); recorded in eval.json
+    median_actions: list[str] | None = None
 
 
 def typed(cls: type, values: dict[str, Any], where: str) -> Any:

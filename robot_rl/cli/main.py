@@ -110,6 +110,7 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     from policies.execution import (
         set_executed_steps,
         set_mean_of_samples,
+        set_median_actions,
         set_sample_reduction,
         set_temporal_ensemble,
     )
@@ -131,6 +132,8 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
         set_mean_of_samples(policy, e.mean_of_samples)
     if e.sample_reduction is not None:
         set_sample_reduction(policy, e.sample_reduction)
+    if e.median_actions is not None:
+        set_median_actions(policy, e.median_actions)
     if "task" in meta:  # trained in simulation: evaluated on its own task
         if e.task is not None:
             raise ValueError(f"{folder} was trained on task {meta['task']!r}: task= is for policies trained offline")
@@ -154,7 +157,8 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
     ev = dataclasses.replace(e, checkpoint=str(folder))
     extra = {"checkpoint": str(folder), "env_steps": meta.get("env_steps"), "iteration": meta.get("iteration"),
              "executed_steps": e.executed_steps, "temporal_ensemble": e.temporal_ensemble,
-             "mean_of_samples": e.mean_of_samples, "sample_reduction": e.sample_reduction}
+             "mean_of_samples": e.mean_of_samples, "sample_reduction": e.sample_reduction,
+             "median_actions": e.median_actions}
     return _report(out_dir, policy, task, task_cfg, sim_cfg, ev, device, run_dir, extra)
 
 
