@@ -224,6 +224,9 @@ def main() -> None:
                    help="chunks sampled per observation (default: the policy's)")
     p.add_argument("--sample-reduction", choices=SAMPLE_REDUCTIONS, default=None,
                    help="how the sampled chunks become one (default: the policy's)")
+    p.add_argument("--median-actions", default=None,
+                   help="comma list of action features taken as the median of the sampled chunks (default: the "
+                        "policy's own; '' for none)")
     p.add_argument("--task", choices=("so101_reach", "so101_pick", "so101_push"), default="so101_reach")
     p.add_argument("--episodes", type=int, default=100, help="a multiple of --num-envs")
     p.add_argument("--num-envs", type=int, default=10)
@@ -232,7 +235,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("/tmp/vla_reach_failures.json"))
     a = p.parse_args()
     from policies import load_policy
-    from policies.execution import set_executed_steps, set_mean_of_samples, set_sample_reduction
+    from policies.execution import set_executed_steps, set_mean_of_samples, set_median_actions, set_sample_reduction
 
     os.environ.setdefault("MUJOCO_GL", "egl")
     torch.set_num_threads(2)
@@ -243,12 +246,15 @@ def main() -> None:
         set_mean_of_samples(policy, a.mean_of_samples)
     if a.sample_reduction:
         set_sample_reduction(policy, a.sample_reduction)
+    if a.median_actions is not None:
+        set_median_actions(policy, [n for n in a.median_actions.split(",") if n])
     r = (diagnose(policy, a.episodes, a.num_envs, a.seed, a.traces) if a.task == "so101_reach"
          else diagnose_pick(policy, a.episodes, a.num_envs, a.seed) if a.task == "so101_pick"
          else diagnose_push(policy, a.episodes, a.num_envs, a.seed))
     a.out.write_text(json.dumps({"policy": str(a.policy), "executed_steps": a.executed_steps,
                                  "mean_of_samples": getattr(policy.cfg, "mean_of_samples", None),
-                                 "sample_reduction": getattr(policy.cfg, "sample_reduction", None), **r}, indent=2) + "\n")
+                                 "sample_reduction": getattr(policy.cfg, "sample_reduction", None),
+                                 "median_actions": getattr(policy.cfg, "median_actions", None), **r}, indent=2) + "\n")
     print(json.dumps({k: v for k, v in r.items() if k not in ("per_episode", "pan_deg_first_episodes")}))
 
 
