@@ -118,12 +118,12 @@ class FlowVLAConfig:
     # (vla_bc.json, "sample_reduction_trial_2026_12_04").
     sample_reduction: str = "mean"
     # Action features (the processor's action names, e.g. LeRobot's "wrist_roll.pos", "gripper.pos") whose value
-    # is the per-coordinate median of the sampled chunks instead of ``sample_reduction``'s: dimensions whose samples
-    # split between modes, where the mean lies between them (``flow.reduce_samples``). Empty: none. vla_bc.py
-    # names the SO-101's wrist roll (a square cube's faces are reached by turning either way) and gripper (closing
-    # now or a step later): on two trainings' weights (vla_bc's seed-0 recipe on the current and the earlier front
-    # view, 2 x 400 pick episodes on seeds no benchmark uses) pick 0.791 -> 0.825 (vla_bc.json,
-    # "median_actions_trial_2026_12_05").
+    # is the per-coordinate median of the sampled chunks instead of ``sample_reduction``'s: for dimensions whose
+    # samples split between modes, where the mean lies between them (``flow.reduce_samples``). Empty: none. On the
+    # SO-101's wrist roll and gripper (a square cube is grasped across either pair of faces; the gripper closes at one
+    # step or the next) it was within the noise either way: pick 0.791 -> 0.825 over 800 one-off episodes on two
+    # trainings' weights, but 0.94 -> 0.90 on a third's 100 evaluation episodes, same execution (vla_bc.json,
+    # "median_actions_trial_2026_12_05"). Off by default.
     median_actions: list[str] = field(default_factory=list)
     action_std_min: float = 1e-2  # degrees: floor of the action std used for normalisation (constant joints)
     # Predict each chunk relative to the joints at its first frame (a_h - q, normalised per chunk step h by the
