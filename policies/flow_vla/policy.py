@@ -11,8 +11,9 @@ Sampling (``act``): x_1 = ε (when ``deterministic``, fixed draws ε* from ``cfg
 same chunk for the same frame, whatever the batch it is in; fresh N(0, I) otherwise; or the ``noise`` given), then
 ``cfg.num_steps`` Euler steps to t = 0 (``policies.flow_vla.flow``); the action is the mean (or, by
 ``cfg.sample_reduction``, the median or the medoid; the dimensions of ``cfg.median_actions`` the median) of
-``cfg.mean_of_samples`` such chunks per frame (one when ``noise`` is given). With conditioning, the indicator of each frame (``CONDITION_KEY``; 1 when absent) conditions
-v_c, and v = v_u + β (v_c − v_u) with β = ``cfg.guidance_beta``.
+``cfg.mean_of_samples`` such chunks per frame (one when ``noise`` is given). With conditioning, the indicator of
+each frame (``CONDITION_KEY``; 1 when absent) conditions v_c, and v = v_u + β (v_c − v_u) with β =
+``cfg.guidance_beta``.
 """
 
 from __future__ import annotations
