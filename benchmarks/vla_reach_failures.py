@@ -1,5 +1,5 @@
 """How a trained VLA fails so101_reach (and, with ``--task so101_pick``, so101_pick: which cube rose, how close the
-grasp came to the named one; with ``--task so101_push``, so101_push: how close the jaws came to the cube, how far the
+grasp came to the named one, how far off and askew the jaws first closed, success by where the named cube started; with ``--task so101_push``, so101_push: how close the jaws came to the cube, how far the
 cube moved and where it ended against the goal). Reach, per episode: the closest and the last tool-to-target
 distance, the tool's last position, the shoulder pan's course and whether the target lay inside the front camera's
 frame, read from the simulator (diagnosis only; the policy sees what ``benchmarks/vla_bc.py`` shows it: cameras, joints,
@@ -118,21 +118,50 @@ def diagnose(policy: Any, episodes: int, num_envs: int, seed: int, traces: int) 
     }
 
 
+def face_yaw_error(jaw_yaw: float, cube_yaw: float, symmetry: float = math.pi / 2) -> float:
+    """Signed angle (rad) from the nearest pair of a square cube's faces to the jaw axis, in [-symmetry/2,
+    symmetry/2): 0 when the jaws close flat on two faces, ±45 deg on the corners."""
+    return (jaw_yaw - cube_yaw + symmetry / 2) % symmetry - symmetry / 2
+
+
+def quat_yaw(q: torch.Tensor) -> float:
+    """Heading (rad) about world z of unit quaternion q [4] (w, x, y, z)."""
+    w, x, y, z = (float(v) for v in q)
+    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
+CLOSING_RAD = 0.6  # gripper joint (rad; open ~1.0, closed on a cube ~0): the jaws pass it when a grasp starts
+
+
 def diagnose_pick(policy: Any, episodes: int, num_envs: int, seed: int) -> dict[str, Any]:
     """so101_pick's failures by kind, per episode: the highest the named cube and the other cubes rose (m above rest),
-    and the closest the grasp site came to the named cube."""
+    the closest the grasp site came to the named cube, where the named cube started, and at the first step the jaws
+    close past ``CLOSING_RAD``: the grasp site's offset from the named cube (xy and height, m) and the jaw axis' yaw
+    from the cube's nearest faces (deg). Summaries: those offsets for successes and failures (medians), and success
+    by where the named cube started (a 3 x 6 grid over the spawn box)."""
+    import mujoco
+
     from sim.tasks.so101_pick import CUBE_HALF
 
     rows: list[dict[str, Any]] = []
     steps = _rollout(policy, "so101_pick", episodes, num_envs, seed)
     env = next(steps)
     task = env.task
+    model = env.physics.model
+    scratch = mujoco.MjData(model)
+    site = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, "grasp")
+    grip_adr = int(model.jnt_qposadr[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, "gripper")])
     named = task.target.cpu().clone()
     rise_named, rise_other = torch.zeros(num_envs), torch.zeros(num_envs)
     closest = torch.full((num_envs,), float("inf"))
+    start: list[list[float] | None] = [None] * num_envs
+    first_close: list[dict[str, float] | None] = [None] * num_envs
+    prev_grip = [-math.inf] * num_envs  # an episode starts closed (home): only a closing after opening counts
     for done, counted, success in steps:
         state = env.physics.state
         cubes = task._stack(state, "_pos").cpu()  # [N, 3 cubes, 3]
+        quats = task._stack(state, "_quat").cpu()
+        qpos = state.qpos.cpu().double()
         rise = cubes[:, :, 2] - CUBE_HALF
         grasp = state.sensor("grasp_pos").float().cpu()
         for i in range(num_envs):
@@ -140,14 +169,28 @@ def diagnose_pick(policy: Any, episodes: int, num_envs: int, seed: int) -> dict[
                 if counted[i]:
                     rows.append({"success": bool(success[i]), "named_rise_m": round(float(rise_named[i]), 4),
                                  "other_rise_m": round(float(rise_other[i]), 4),
-                                 "closest_to_named_m": round(float(closest[i]), 4)})
+                                 "closest_to_named_m": round(float(closest[i]), 4), "named_start_xy": start[i],
+                                 "first_close": first_close[i]})
                 rise_named[i], rise_other[i], closest[i] = 0.0, 0.0, float("inf")
-            else:
-                n = int(named[i])
-                rise_named[i] = max(float(rise_named[i]), float(rise[i, n]))
-                others = [float(rise[i, c]) for c in range(rise.shape[1]) if c != n]
-                rise_other[i] = max(float(rise_other[i]), *others)
-                closest[i] = min(float(closest[i]), float(torch.linalg.norm(grasp[i] - cubes[i, n])))
+                start[i], first_close[i], prev_grip[i] = None, None, -math.inf
+                continue
+            n = int(named[i])
+            if start[i] is None:
+                start[i] = [round(float(v), 3) for v in cubes[i, n, :2]]
+            rise_named[i] = max(float(rise_named[i]), float(rise[i, n]))
+            others = [float(rise[i, c]) for c in range(rise.shape[1]) if c != n]
+            rise_other[i] = max(float(rise_other[i]), *others)
+            closest[i] = min(float(closest[i]), float(torch.linalg.norm(grasp[i] - cubes[i, n])))
+            grip = float(qpos[i, grip_adr])
+            if first_close[i] is None and prev_grip[i] > CLOSING_RAD >= grip:
+                scratch.qpos[:] = qpos[i].numpy()
+                mujoco.mj_kinematics(model, scratch)
+                jaw = scratch.site_xmat[site].reshape(3, 3)[:, 2]  # the jaw opening axis (the site's +z)
+                off = torch.as_tensor(scratch.site_xpos[site]) - cubes[i, n].double()
+                err = face_yaw_error(math.atan2(jaw[1], jaw[0]), quat_yaw(quats[i, n]))
+                first_close[i] = {"dxy_m": round(float(torch.linalg.norm(off[:2])), 4), "dz_m": round(float(off[2]), 4),
+                                  "yaw_err_deg": round(math.degrees(err), 1)}
+            prev_grip[i] = grip
         named[done] = task.target.cpu()[done]
     fails = [r for r in rows if not r["success"]]
     lifted = 0.02  # m: a cube this far above its rest was picked up (success needs 0.05 and both pads)
@@ -159,8 +202,25 @@ def diagnose_pick(policy: Any, episodes: int, num_envs: int, seed: int) -> dict[
         "never_within_2cm_of_named": sum(r["other_rise_m"] <= lifted and r["named_rise_m"] <= lifted
                                          and r["closest_to_named_m"] >= 0.02 for r in fails),
     }
+    def close_medians(rs: list[dict[str, Any]]) -> dict[str, Any]:
+        closes = [r["first_close"] for r in rs if r["first_close"]]
+        med = {k: round(statistics.median(abs(c[k]) for c in closes), 4) if closes else None
+               for k in ("dxy_m", "dz_m", "yaw_err_deg")}
+        return {"episodes": len(rs), "closed": len(closes), **{f"median_abs_{k}": v for k, v in med.items()}}
+
+    lo, hi = task.cfg.cube_low, task.cfg.cube_high
+    cells: dict[tuple[int, int], list[bool]] = {}
+    for r in rows:  # the spawn box in 3 x 6 cells, the last cell of each axis closed
+        (x, y) = r["named_start_xy"]
+        a, b = (min(int((v - lo[k]) / (hi[k] - lo[k]) * n), n - 1) for k, v, n in ((0, x, 3), (1, y, 6)))
+        cells.setdefault((a, b), []).append(r["success"])
+    step = [(hi[k] - lo[k]) / n for k, n in ((0, 3), (1, 6))]
+    grid = {f"x {lo[0] + a * step[0]:.2f}-{lo[0] + (a + 1) * step[0]:.2f}, y {lo[1] + b * step[1]:.2f}-"
+            f"{lo[1] + (b + 1) * step[1]:.2f}": [len(v), round(sum(v) / len(v), 3)] for (a, b), v in sorted(cells.items())}
     return {"episodes": len(rows), "success": sum(r["success"] for r in rows) / len(rows), "failures": len(fails),
-            "failure_kinds": kinds, "per_episode": rows}
+            "failure_kinds": kinds, "first_close": {"successes": close_medians([r for r in rows if r["success"]]),
+                                                    "failures": close_medians(fails)},
+            "success_by_named_start (episodes, success)": grid, "per_episode": rows}
 
 
 def diagnose_push(policy: Any, episodes: int, num_envs: int, seed: int) -> dict[str, Any]:

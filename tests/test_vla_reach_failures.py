@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import mujoco
+import pytest
 import torch
 
 from benchmarks.vla_reach_failures import front_view_ndc
@@ -45,3 +46,27 @@ def test_the_scene_front_camera_keeps_the_reach_targets_in_frame() -> None:
     targets = low + torch.rand(20_000, 3, generator=torch.Generator().manual_seed(0)) * (high - low)
     in_frame = (front_view_ndc(model, targets).abs().amax(dim=1) < 1.0).double().mean()
     assert in_frame >= 0.99
+
+
+def test_face_yaw_error_folds_a_square_cubes_four_faces() -> None:
+    from benchmarks.vla_reach_failures import face_yaw_error
+
+    deg = math.radians
+    # jaws at 10 deg on a cube turned by 0, 90 or -90 deg: 10 deg off a pair of faces either way
+    for cube in (0.0, 90.0, -90.0, 180.0):
+        assert math.degrees(face_yaw_error(deg(10.0), deg(cube))) == pytest.approx(10.0)
+    assert math.degrees(face_yaw_error(deg(80.0), deg(0.0))) == pytest.approx(-10.0)  # 10 deg short of the other pair
+    assert math.degrees(face_yaw_error(deg(45.0), deg(0.0))) == pytest.approx(-45.0)  # on the corner: [-45, 45)
+    assert math.degrees(face_yaw_error(deg(-30.0), deg(30.0))) == pytest.approx(30.0)  # -60 is 30 past the next pair
+
+
+def test_quat_yaw_reads_the_heading_about_z() -> None:
+    from benchmarks.vla_reach_failures import quat_yaw
+
+    for yaw in (0.0, 0.7, -2.5):
+        q = torch.tensor([math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)])
+        assert quat_yaw(q) == pytest.approx(yaw)
+    # q_z(yaw) q_x(roll), worked out by hand: a roll about the body's own x leaves its x axis' heading at yaw
+    yaw, roll = 0.9, 0.6
+    cz, sz, cr, sr = math.cos(yaw / 2), math.sin(yaw / 2), math.cos(roll / 2), math.sin(roll / 2)
+    assert quat_yaw(torch.tensor([cz * cr, cz * sr, sz * sr, cr * sz])) == pytest.approx(yaw)
