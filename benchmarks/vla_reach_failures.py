@@ -1,6 +1,7 @@
 """How a trained VLA fails so101_reach (and, with ``--task so101_pick``, so101_pick: which cube rose, how close the
-grasp came to the named one, how far off and askew the jaws first closed, success by where the named cube started; with ``--task so101_push``, so101_push: how close the jaws came to the cube, how far the
-cube moved and where it ended against the goal). Reach, per episode: the closest and the last tool-to-target
+grasp came to the named one, how far off and askew the jaws first closed, success by where the named cube started;
+with ``--task so101_push``, so101_push: how close the jaws came to the cube, how far the cube moved and where it ended
+against the goal). Reach, per episode: the closest and the last tool-to-target
 distance, the tool's last position, the shoulder pan's course and whether the target lay inside the front camera's
 frame, read from the simulator (diagnosis only; the policy sees what ``benchmarks/vla_bc.py`` shows it: cameras, joints,
 instruction, under the same visual DR and seeds).
@@ -124,12 +125,6 @@ def face_yaw_error(jaw_yaw: float, cube_yaw: float, symmetry: float = math.pi / 
     return (jaw_yaw - cube_yaw + symmetry / 2) % symmetry - symmetry / 2
 
 
-def quat_yaw(q: torch.Tensor) -> float:
-    """Heading (rad) about world z of unit quaternion q [4] (w, x, y, z)."""
-    w, x, y, z = (float(v) for v in q)
-    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
-
-
 CLOSING_RAD = 0.6  # gripper joint (rad; open ~1.0, closed on a cube ~0): the jaws pass it when a grasp starts
 
 
@@ -141,6 +136,7 @@ def diagnose_pick(policy: Any, episodes: int, num_envs: int, seed: int) -> dict[
     by where the named cube started (a 3 x 6 grid over the spawn box)."""
     import mujoco
 
+    from sim.ik import quat_yaw
     from sim.tasks.so101_pick import CUBE_HALF
 
     rows: list[dict[str, Any]] = []

@@ -52,12 +52,6 @@ MISS_HEIGHT = (0.025, 0.035)  # m, how far above the grasp height a missed grasp
 DROP_AFTER = (1, 4)  # control steps into the lift at which a dropped cube is let go (success comes ~4 in)
 
 
-def _quat_yaw(q: np.ndarray) -> float:
-    """Heading about world z of a (w, x, y, z) quaternion."""
-    w, x, y, z = q
-    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
-
-
 class ScriptedExpert:
     """Shared plumbing: per-env phases, IK from the observed joints, joint targets -> actions.
 
@@ -223,7 +217,7 @@ class LiftExpert(ScriptedExpert):
         if self.phase[i] == 0:  # choose the cube, remember how to hold it
             self._choose(i)
             cube, quat, _ = self._cube(i)
-            yaw = self._grasp_yaw(cube, _quat_yaw(quat))
+            yaw = self._grasp_yaw(cube, ik.quat_yaw(quat))
             self.memo.setdefault("yaw", np.zeros(self.num_envs))[i] = yaw
             self._advance(i)
         cube, _, contacts = self._cube(i)

@@ -18,6 +18,7 @@ approach axis points to world -z and the jaw opening axis (site +z) points along
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import mujoco
@@ -42,6 +43,13 @@ def top_down_quat(yaw: float) -> np.ndarray:
     quat = np.zeros(4)
     mujoco.mju_mat2Quat(quat, mat.reshape(-1))
     return quat
+
+
+def quat_yaw(q: Sequence[float]) -> float:
+    """Heading about world z [rad] of a unit (w, x, y, z) quaternion (a sequence, array or tensor of 4): the
+    heading of its rotated x axis."""
+    w, x, y, z = (float(v) for v in q)
+    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
 
 
 def nearest_grasp_yaw(object_yaw: float, preferred_yaw: float, symmetry: float = np.pi / 2) -> float:

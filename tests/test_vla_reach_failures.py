@@ -61,7 +61,7 @@ def test_face_yaw_error_folds_a_square_cubes_four_faces() -> None:
 
 
 def test_quat_yaw_reads_the_heading_about_z() -> None:
-    from benchmarks.vla_reach_failures import quat_yaw
+    from sim.ik import quat_yaw
 
     for yaw in (0.0, 0.7, -2.5):
         q = torch.tensor([math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)])
