@@ -9,6 +9,8 @@ Forward speed is the pelvis velocity along its own heading (the critic's clean b
     python benchmarks/humanoid.py                 # 60 min of training on the CPU default (sim.num_threads 2)
     python benchmarks/humanoid.py --minutes 3     # a smoke run (it will not walk)
     python benchmarks/humanoid.py --algo flashsac # FlashSAC (configs/algo/flashsac.yaml, 16 envs)
+    python benchmarks/humanoid.py --from-run DIR  # no training: the walking test, video and result of a kept
+                                                  # --run-dir (e.g. after a change to the camera or the test)
 
 Writes benchmarks/results/humanoid.{json,png} and humanoid.mp4 (the "track" camera) next to them; with
 ``--algo flashsac`` humanoid_flashsac.{json,png,mp4}.
@@ -118,13 +120,22 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=None, help="default: 256 for PPO, the algo config's else")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run-dir", type=Path, default=None, help="keep the run folder here (default: a temp dir)")
+    parser.add_argument("--from-run", type=Path, default=None,
+                        help="a finished run folder of this benchmark: test and report it instead of training "
+                             "(its algo, budget and seed are read from its config.yaml)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix=f"humanoid_{args.algo}_"))
+    from omegaconf import OmegaConf
+
+    if args.from_run is not None:
+        run_cfg = OmegaConf.load(args.from_run / "config.yaml")
+        args.algo, args.minutes, args.seed = run_cfg.algo.name, float(run_cfg.max_minutes), int(run_cfg.seed)
+    run_dir = args.from_run or args.run_dir or Path(tempfile.mkdtemp(prefix=f"humanoid_{args.algo}_"))
     num_envs = args.num_envs or (256 if args.algo == "ppo" else None)
     name = "humanoid" if args.algo == "ppo" else f"humanoid_{args.algo}"
 
-    train_policy(args.algo, args.minutes, num_envs, args.seed, run_dir)
+    if args.from_run is None:
+        train_policy(args.algo, args.minutes, num_envs, args.seed, run_dir)
     from robot_rl.logging import read_curve
 
     curve = read_curve(run_dir)
@@ -159,8 +170,6 @@ def main() -> None:
     fig.savefig(args.out / f"{name}.png", dpi=100)
 
     last = curve[-1] if curve else {}
-    from omegaconf import OmegaConf
-
     data = {"task": TASK, "algo": args.algo, "train_overrides": FORWARD + ALGO_OVERRIDES[args.algo],
             "num_envs": OmegaConf.load(run_dir / "config.yaml").sim.num_envs,
             "budget_min": args.minutes, "trained_env_steps": last.get("env_steps"),
@@ -176,7 +185,7 @@ def main() -> None:
              goal("humanoid_walk_training_minutes", (last.get("wall_s") or 0.0) / 60, 60.0, "<=")]
     path = write_result(name, data, goals, args.out)
     print(f"fall rate {walk['fall_rate']:.2f}, forward speed {walk['mean_forward_speed']}; wrote {path}")
-    if args.run_dir is None:
+    if args.run_dir is None and args.from_run is None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
