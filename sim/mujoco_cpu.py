@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import mujoco
@@ -33,6 +34,7 @@ import mujoco.rollout
 import numpy as np
 import torch
 
+import robot_rl
 from sim.physics import Physics
 from sim.randomization import ModelRandomizer, RandomizationConfig, movable_centres_of_mass, write_env_params
 from sim.state import SimState
@@ -41,6 +43,21 @@ from sim.tiled_render import TiledRenderer
 _S = mujoco.mjtState
 _FULL = _S.mjSTATE_FULLPHYSICS.value
 _USER = _S.mjSTATE_CTRL.value | _S.mjSTATE_MOCAP_POS.value | _S.mjSTATE_MOCAP_QUAT.value
+log = logging.getLogger(__name__)
+_warned_spin = False
+
+
+def _warn_if_openmp_spins() -> None:
+    """Once per process: torch was loaded before robot_rl could shorten OpenMP's spin (robot_rl.OPENMP_SPIN), and
+    torch runs on more than one thread, so its idle threads spin on the cores the physics needs."""
+    global _warned_spin
+    if _warned_spin or robot_rl.OPENMP_SPIN != "late" or torch.get_num_threads() <= 1:
+        return
+    _warned_spin = True
+    log.warning("torch was imported before robot_rl/sim, so its %d OpenMP threads busy-wait after every parallel "
+                "region on the cores MuJoCo steps on (with a policy between env steps, the steps ran much slower: "
+                "benchmarks/torch_threads.py). Import sim or robot_rl before torch, or set GOMP_SPINCOUNT=%s in the environment, or call "
+                "torch.set_num_threads(1) while stepping.", torch.get_num_threads(), robot_rl.OPENMP_SPIN_DEFAULT)
 
 
 def _component_slices(model: mujoco.MjModel, spec: int, parts: list[int]) -> dict[int, slice]:
@@ -62,6 +79,7 @@ class MujocoPhysics(Physics):
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, num_threads: int = 2,
                  randomization: RandomizationConfig | None = None) -> None:
+        _warn_if_openmp_spins()
         model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_AUTORESET.value
         self.model, self.num_envs = model, num_envs
         self.num_threads = num_threads
