@@ -172,6 +172,42 @@ def collect_dataset(root: Path) -> None:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
+def plot(data: dict, path: Path) -> None:
+    """Left: each CLI job's speed under each setting over one torch thread throughout (1.0); right: the library
+    loops' env steps per second under robot_rl's spin and libgomp's."""
+    summary, loop_summary = data["summary"], data["library_loop"]["summary"]
+    jobs, loops = list(summary), list(loop_summary)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [len(jobs) + 0.5, len(loops) + 0.5]})
+    ax = axes[0]
+    names = [k for k in SETTINGS if k != "1"]
+    width = 0.8 / len(names)
+    for k, name in enumerate(names):
+        xs = [i for i, j in enumerate(jobs) if name in summary[j]["speed_over_setting_1"]]
+        vals = [summary[jobs[i]]["speed_over_setting_1"][name] for i in xs]
+        t, u, spin = SETTINGS[name]
+        ax.bar([i + (k - (len(names) - 1) / 2) * width for i in xs], vals, width,
+               label=f"torch {t}, update {u}" + (", libgomp spin" if spin else ", robot_rl spin"),
+               hatch="//" if spin else None)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(jobs)), [j.replace("_", "\n", 1) for j in jobs], fontsize=7)
+    ax.set_ylabel("speed over torch 1, update 1")
+    ax.set_ylim(0.6, None)
+    ax.set_title("robot-rl on 2 cores: torch threads next to MuJoCo's 2 rollout threads", fontsize=9)
+    ax.legend(fontsize=6)
+    ax.grid(axis="y", alpha=0.3)
+    ax = axes[1]
+    for k, name in enumerate(LOOP_SETTINGS):
+        vals = [loop_summary[x]["median_env_steps_per_s"][name] for x in loops]
+        ax.bar([i + (k - 0.5) * 0.4 for i in range(len(loops))], vals, 0.4, label=name,
+               hatch="//" if LOOP_SETTINGS[name] else None)
+    ax.set_xticks(range(len(loops)), [x.replace("_N", "\nN") for x in loops], fontsize=7)
+    ax.set_ylabel("env steps / s")
+    ax.set_title("a user's loop, torch at 2 threads", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    save_figure(fig, path, dpi=110)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=2, help="runs per job and setting (alternating)")
@@ -180,7 +216,11 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=12.0, help="timed seconds per library-loop run")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--loop-child", help=argparse.SUPPRESS)
+    p.add_argument("--replot", action="store_true", help="redraw the PNG from --out's torch_threads.json")
     a = p.parse_args()
+    if a.replot:
+        plot(json.loads((a.out / f"{NAME}.json").read_text()), a.out / f"{NAME}.png")
+        return
     if a.loop_child:
         task, n = a.loop_child.split(":")
         loop_child(task, int(n), a.seconds)
@@ -240,33 +280,7 @@ def main() -> None:
                              "runs": loop_runs, "summary": loop_summary}}
     path = write_result(NAME, data, [], a.out)
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [len(jobs) + 0.5, len(loops) + 0.5]})
-    ax = axes[0]
-    width = 0.8 / len(SETTINGS)
-    for k, name in enumerate(SETTINGS):
-        xs = [i for i, j in enumerate(jobs) if name in summary[j]["median_rate"]]
-        vals = [summary[jobs[i]]["median_rate"][name] for i in xs]
-        t, u, spin = SETTINGS[name]
-        ax.bar([i + (k - (len(SETTINGS) - 1) / 2) * width for i in xs], vals, width,
-               label=f"torch {t}, update {u}" + (", libgomp spin" if spin else ""),
-               hatch="//" if spin else None)
-    ax.set_xticks(range(len(jobs)), [j.replace("_", "\n", 1) for j in jobs], fontsize=7)
-    ax.set_ylabel("env steps / s (offline: updates / s)")
-    ax.set_yscale("log")
-    ax.set_title("robot-rl on 2 cores: torch threads next to MuJoCo's 2 rollout threads", fontsize=9)
-    ax.legend(fontsize=6)
-    ax.grid(axis="y", alpha=0.3)
-    ax = axes[1]
-    for k, name in enumerate(LOOP_SETTINGS):
-        vals = [loop_summary[x]["median_env_steps_per_s"][name] for x in loops]
-        ax.bar([i + (k - 0.5) * 0.4 for i in range(len(loops))], vals, 0.4, label=name,
-               hatch="//" if LOOP_SETTINGS[name] else None)
-    ax.set_xticks(range(len(loops)), [x.replace("_N", "\nN") for x in loops], fontsize=7)
-    ax.set_ylabel("env steps / s")
-    ax.set_title("a user's loop, torch at 2 threads", fontsize=9)
-    ax.legend(fontsize=7)
-    ax.grid(axis="y", alpha=0.3)
-    save_figure(fig, a.out / f"{NAME}.png", dpi=110)
+    plot(data, a.out / f"{NAME}.png")
     print("wrote", path)
     for j in jobs:
         print(f"  {j}: {summary[j]}")

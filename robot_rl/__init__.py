@@ -11,10 +11,10 @@ import sys
 
 # libgomp (the OpenMP runtime of torch's Linux wheels) lets idle threads spin 300,000 times after each parallel
 # region before sleeping when neither variable is set (libgomp manual, GOMP_SPINCOUNT). On a small machine they spin
-# on the cores MuJoCo's rollout threads step the physics on: with torch at 2 threads and a policy's forward pass
-# between env steps (a gymnasium or SB3 loop), the env stepped much slower. 30,000 spins keep torch's back-to-back ops
-# hot (10,000 made PPO's update at 2 threads slower) and let the threads sleep before the physics starts
-# (benchmarks/torch_threads.py: torch_threads.json -> library_loop, and the CLI jobs under both spins).
+# on the cores MuJoCo's rollout threads step the physics on. With 30,000, on 2 cores (benchmarks/torch_threads.py,
+# torch_threads.json, 2026-12-05): a loop with torch at 2 threads and a policy's forward pass between env steps ran
+# 1.46-1.64x as fast (humanoid_walk, so101_lift), `robot-rl train` 1.08-1.29x, `robot-rl offline` 1.03x. 10,000
+# stepped as fast but made PPO's update at 2 threads slower.
 OPENMP_SPIN_DEFAULT = "30000"
 _USER_SET = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
