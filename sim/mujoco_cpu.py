@@ -47,11 +47,12 @@ log = logging.getLogger(__name__)
 _warned_spin = False
 
 
-def _warn_if_openmp_spins() -> None:
+def _warn_if_openmp_spins(num_threads: int) -> None:
     """Once per process: torch was loaded before robot_rl could shorten OpenMP's spin (robot_rl.OPENMP_SPIN), and
-    torch runs on more than one thread, so its idle threads spin on the cores the physics needs."""
+    both torch and the physics run on more than one thread, so torch's idle threads spin on the cores the physics
+    needs (with one physics thread, the caller's, they spin beside it)."""
     global _warned_spin
-    if _warned_spin or robot_rl.OPENMP_SPIN != "late" or torch.get_num_threads() <= 1:
+    if _warned_spin or robot_rl.OPENMP_SPIN != "late" or torch.get_num_threads() <= 1 or num_threads <= 1:
         return
     _warned_spin = True
     log.warning("torch was imported before robot_rl/sim, so its %d OpenMP threads busy-wait after every parallel "
@@ -79,7 +80,7 @@ class MujocoPhysics(Physics):
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, num_threads: int = 2,
                  randomization: RandomizationConfig | None = None) -> None:
-        _warn_if_openmp_spins()
+        _warn_if_openmp_spins(min(num_threads, num_envs))
         model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_AUTORESET.value
         self.model, self.num_envs = model, num_envs
         self.num_threads = num_threads

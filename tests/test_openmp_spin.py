@@ -43,17 +43,23 @@ def _run(code: str) -> subprocess.CompletedProcess:
 MAKE_ENV = ("torch.set_num_threads(2)\n"
             "from sim.config import SimConfig\n"
             "from sim.registry import make_env\n"
-            "make_env('so101_reach', SimConfig(num_envs=2)).close()\n"
+            "make_env('so101_reach', SimConfig(num_envs=2, num_threads=1)).close()\n"
+            "print('one physics thread done', file=sys.stderr, flush=True)\n"
+            "make_env('so101_reach', SimConfig(num_envs=2, num_threads=2)).close()\n"
+            "make_env('so101_reach', SimConfig(num_envs=2, num_threads=2)).close()\n"
             "print(os.environ.get('GOMP_SPINCOUNT'), robot_rl.OPENMP_SPIN)\n")
 
 
 def test_importing_sim_first_sets_it_for_the_process_and_the_simulator_stays_quiet():
-    out = _run("import os\nimport sim\nimport robot_rl\nimport torch\n" + MAKE_ENV)
+    out = _run("import os\nimport sys\nimport sim\nimport robot_rl\nimport torch\n" + MAKE_ENV)
     assert out.stdout.split() == [OPENMP_SPIN_DEFAULT, "set"]
     assert "busy-wait" not in out.stderr
 
 
 def test_torch_imported_first_leaves_it_unset_and_the_cpu_simulator_says_how_to_fix_it():
-    out = _run("import os\nimport torch\nimport sim\nimport robot_rl\n" + MAKE_ENV)
+    out = _run("import os\nimport sys\nimport torch\nimport sim\nimport robot_rl\n" + MAKE_ENV)
     assert out.stdout.split() == ["None", "late"]
     assert f"GOMP_SPINCOUNT={OPENMP_SPIN_DEFAULT}" in out.stderr and "Import sim or robot_rl before torch" in out.stderr
+    # only where the physics has threads of its own for torch's to spin against, and once
+    assert out.stderr.index("one physics thread done") < out.stderr.index("busy-wait")
+    assert out.stderr.count("busy-wait") == 1
