@@ -45,6 +45,7 @@ from typing import Any
 os.environ.setdefault("MUJOCO_GL", "egl")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import robot_rl  # noqa: I001  (before torch, as in robot-rl train: OpenMP's spin, robot_rl.OPENMP_SPIN)
 import matplotlib
 import torch
 
@@ -314,6 +315,7 @@ def main() -> None:
                     run_sb3, gym_path=name == "sb3_gym",
                     update_threads=available_cores() if name == "sb3_update_threads" else None)
                 r = runs[task][name][seed] = fn(task, seed, budgets[task])
+                r["openmp_spin"] = f"{robot_rl.OPENMP_SPIN} (GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')})"
                 print(f"{task} {name} seed {seed}: reached={r['reached']} wall_s={r['wall_s_to_target']} "
                       f"env_steps={r['env_steps_to_target']} final_success={r['final_success_rate']}", flush=True)
     merged_from = [_merge(path, runs, budgets) for path in args.merge_from]
