@@ -29,6 +29,7 @@ from pathlib import Path
 os.environ.setdefault("MUJOCO_GL", "egl")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import robot_rl  # noqa: F401, I001  (before torch, as in robot-rl train: OpenMP's spin, robot_rl.OPENMP_SPIN)
 import matplotlib
 import torch
 
