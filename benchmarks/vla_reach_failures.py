@@ -24,9 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import robot_rl  # noqa: F401, I001  (before torch: OpenMP's spin, robot_rl.OPENMP_SPIN)
+import torch
 
 from policies.flow_vla.flow import SAMPLE_REDUCTIONS
 
