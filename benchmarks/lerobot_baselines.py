@@ -129,7 +129,7 @@ def _run_lerobot_train(settings: dict[str, Any], log_path: Path, deadline_s: flo
     cmd = [sys.executable, "-m", "lerobot.scripts.lerobot_train", *_cli(settings)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1"}
-    openmp_spin(env, torch_loaded=False)  # the OpenMP spin `robot-rl offline` trains ours with: equal conditions
+    openmp_spin(env, openmp_loaded=False)  # the OpenMP spin `robot-rl offline` trains ours with: equal conditions
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env,

@@ -19,13 +19,13 @@ OPENMP_SPIN_DEFAULT = "30000"
 _USER_SET = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
-def openmp_spin(environ: dict[str, str] | os._Environ, torch_loaded: bool) -> str:
+def openmp_spin(environ: dict[str, str] | os._Environ, openmp_loaded: bool) -> str:
     """Apply our spin default to ``environ`` where it can still act; says what happened: "set" (we set it),
-    "user" (the user chose a wait policy or spin count: left alone) or "late" (torch, hence libgomp, was loaded
-    before us, so libgomp already read its settings: nothing set)."""
+    "user" (the user chose a wait policy or spin count: left alone) or "late" (``openmp_loaded``: libgomp, which
+    torch loads, already read its settings: nothing set)."""
     if any(k in environ for k in _USER_SET):
         return "user"
-    if torch_loaded:
+    if openmp_loaded:
         return "late"
     environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_DEFAULT
     return "set"

@@ -57,8 +57,9 @@ def _warn_if_openmp_spins(num_threads: int) -> None:
     _warned_spin = True
     log.warning("torch was imported before robot_rl/sim, so its %d OpenMP threads busy-wait after every parallel "
                 "region on the cores MuJoCo steps on (with a policy between env steps, the steps ran much slower: "
-                "benchmarks/torch_threads.py). Import sim or robot_rl before torch, or set GOMP_SPINCOUNT=%s in the environment, or call "
-                "torch.set_num_threads(1) while stepping.", torch.get_num_threads(), robot_rl.OPENMP_SPIN_DEFAULT)
+                "benchmarks/torch_threads.py). Import sim or robot_rl before torch, or set GOMP_SPINCOUNT=%s in the "
+                "environment, or call torch.set_num_threads(1) while stepping.", torch.get_num_threads(),
+                robot_rl.OPENMP_SPIN_DEFAULT)
 
 
 def _component_slices(model: mujoco.MjModel, spec: int, parts: list[int]) -> dict[int, slice]:

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_sets_the_spin_count_when_nothing_is_chosen_and_torch_is_not_loaded():
     env: dict[str, str] = {}
-    assert openmp_spin(env, torch_loaded=False) == "set"
+    assert openmp_spin(env, openmp_loaded=False) == "set"
     assert env == {"GOMP_SPINCOUNT": OPENMP_SPIN_DEFAULT}
 
 
@@ -23,13 +23,13 @@ def test_sets_the_spin_count_when_nothing_is_chosen_and_torch_is_not_loaded():
                                     {"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "INFINITE"}])
 def test_a_users_choice_is_left_alone(chosen):
     env = dict(chosen)
-    assert openmp_spin(env, torch_loaded=False) == "user"
+    assert openmp_spin(env, openmp_loaded=False) == "user"
     assert env == chosen
 
 
 def test_nothing_is_set_once_torch_is_loaded():
     env: dict[str, str] = {}
-    assert openmp_spin(env, torch_loaded=True) == "late"
+    assert openmp_spin(env, openmp_loaded=True) == "late"
     assert env == {}
 
 
