@@ -57,6 +57,9 @@ DONE_COL = "next.done"  # bool [1]: the episode's last frame
 INTERVENTION_COL = "intervention"  # bool [1]: someone other than the policy acted (LeRobot's DAgger tag)
 POLICY_ACTION_COL = "policy_action"  # float32 [6]: what the policy proposed, where a policy acted (else = action)
 ACTOR_COL = "actor"  # int64 [1]: who acted, one of ACTOR_* (policy, human, recovery)
+# float32 [1]: s from the episode's first read of the robot to this frame's, measured (LeRobot's `timestamp` is
+# frame_index / fps whatever the loop did); robot-rl deploy writes it, robot_rl.data.timing checks it
+CAPTURE_TIME_COL = "capture_time"
 # What a state-based learner needs besides LeRobot's frame (written by ``robot-rl collect env_state=true``):
 ENV_STATE_COL = "observation.environment_state"  # float32 [D]: the env's POLICY observation (LeRobot's own name for
 #                                                  privileged state, lerobot.utils.constants.OBS_ENV_STATE)

@@ -11,7 +11,7 @@ through ``real.safety.SafetyFilter`` (DESIGN.md §3, §6).
 
 Frames are our LeRobot convention (``policies.keys``): ``observation.state`` float32 [1, 6] degrees (the gripper
 too: ``real.features`` maps the robot's 0..100 to degrees), ``observation.images.<cam>`` uint8 [1, 3, H, W], ``task``
-list[str]. Actions are absolute joint targets in degrees [1, 6] or a chunk [1, H, 6] (its first step is executed);
+list[str], and ``capture_time`` float32 [1] (when the read returned, s since the episode's first one). Actions are absolute joint targets in degrees [1, 6] or a chunk [1, H, 6] (its first step is executed);
 a teleoperator's action dict (robot units) is accepted too. ``info[keys.ACTION_COL]`` (= ``info[APPLIED_ACTION]``)
 is the command the robot really received, in degrees: the clipped one, the one to record (A2). ``info[ACTOR]`` says
 who chose it. The step paces itself with a ``ControlClock`` (30 Hz by default) and counts missed deadlines.
@@ -186,11 +186,13 @@ def safe_disconnect(robot: Any) -> None:
 # ------------------------------------------------------------------------------------------------- the env
 @dataclass
 class Observation:
-    """One read of the robot: its raw dict, the present position in robot units float64 [6], whether it is stale."""
+    """One read of the robot: its raw dict, the present position in robot units float64 [6], whether it is stale,
+    and when the read returned (``time.perf_counter``; a stale one keeps its read's time)."""
 
     raw: dict[str, Any]
     present: np.ndarray
     stale: bool = False
+    time: float = 0.0
 
 
 class RobotEnv(VecEnv):
@@ -239,6 +241,7 @@ class RobotEnv(VecEnv):
         self._ended = False
         self._obs: Observation | None = None
         self._last_sent: torch.Tensor | None = None  # [1, 6] degrees, the last command the robot received
+        self._episode_t0 = 0.0  # perf_counter of the episode's first read
 
     @property
     def instructions(self) -> list[str]:  # type: ignore[override]
@@ -271,19 +274,21 @@ class RobotEnv(VecEnv):
                 self.reads.retries += 1
             self.reads.tick(True)
             present = np.array([float(raw[n]) for n in self.safety.names])
-            self._obs = Observation(raw, present)
+            self._obs = Observation(raw, present, time=time.perf_counter())
             return self._obs
         self.reads.tick(False, error)  # raises BusLost past the limit
         if self._obs is None:
             raise SafeStop(f"the first state read failed: {error}")
-        self._obs = Observation(self._obs.raw, self._obs.present, stale=True)
+        self._obs = Observation(self._obs.raw, self._obs.present, stale=True, time=self._obs.time)
         return self._obs
 
     def frame(self, obs: Observation | None = None) -> dict[str, Any]:
-        """Our frame of an observation (default: the latest)."""
+        """Our frame of an observation (default: the latest), with its capture time: s since the episode's first
+        read (``keys.CAPTURE_TIME_COL``, float32 [1]; RELIABILITY C4)."""
         obs = obs or self._obs
         state = features.robot_to_deg(torch.from_numpy(obs.present).float(), self.gripper)[None]
-        return {keys.OBS_STATE: state, **features.images_from_robot(obs.raw, self.cameras), keys.TASK: [self.task]}
+        return {keys.OBS_STATE: state, **features.images_from_robot(obs.raw, self.cameras), keys.TASK: [self.task],
+                keys.CAPTURE_TIME_COL: torch.tensor([obs.time - self._episode_t0], dtype=torch.float32)}
 
     @property
     def present(self) -> np.ndarray:
@@ -300,6 +305,7 @@ class RobotEnv(VecEnv):
                 with self._lock():
                     self.robot.reset_scene(seed)
             obs = self.observe()
+        self._episode_t0 = obs.time
         if self.fixed_task is None:
             self.task = str(getattr(self.robot, "instruction", ""))
         self.steps, self._ended = 0, False

@@ -299,11 +299,12 @@ class PolicyDriver:
 # ------------------------------------------------------------------------------------------------- the session
 @dataclass
 class SessionResult:
-    """What a session did: episodes ended (and written), frames, ticks driven by the person, successes, switches,
-    the filter's rejects and clips, the bus's retries, and the clock's statistics."""
+    """What a session did: episodes ended (and written, of them flagged for late ticks), frames, ticks driven by the
+    person, successes, switches, the filter's rejects and clips, the bus's retries, and the clock's statistics."""
 
     episodes: int = 0
     written: int = 0
+    late_episodes: int = 0  # written episodes whose capture times show a stalled loop (robot_rl.data.timing)
     frames: int = 0
     human_ticks: int = 0
     successes: int = 0
@@ -365,6 +366,7 @@ def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeove
                     written = recorder.add(frame, applied, reward, success, torch.tensor([done]), actor=actor,
                                            policy_action=policy_action)
                     res.written += len(written)
+                    res.late_episodes += sum(bool(w.timing is not None and w.timing.flagged) for w in written)
                     for ep_written in written:
                         if on_written is not None:
                             on_written(ep_written)

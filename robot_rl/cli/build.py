@@ -203,7 +203,7 @@ def build_demo_buffer(settings: DemoDatasetSettings, algo_name: str, env: VecEnv
     obs_dims = {g: _flat_group(env, g, algo_name) for g in algo.obs_groups}
     ends = EpisodeEnds(env.max_episode_length, bool(getattr(task_cfg, "terminate_on_success", True)))
     buffer, tr = load_demo_buffer(settings.root, obs_dims, env.action_dim, ends, device, target_to_env_action(env),
-                                  settings.max_episodes)
+                                  settings.max_episodes, settings.timing_check)
     print(f"demo buffer: {len(tr)} transitions from {tr.num_episodes} episodes ({tr.num_successes} successful) of "
           f"{settings.root}; actions from {tr.action_source}", file=sys.stderr)
     return buffer

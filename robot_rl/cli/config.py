@@ -56,6 +56,7 @@ class DemoDatasetSettings:
 
     root: str | None = None  # the dataset folder (None: no demonstrations)
     max_episodes: int | None = None  # use the first this many episodes (None: all)
+    timing_check: bool = True  # leave out episodes recorded with late ticks (robot_rl.data.timing)
 
     def __post_init__(self) -> None:
         if self.max_episodes is not None and self.max_episodes < 1:

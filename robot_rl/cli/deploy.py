@@ -246,7 +246,7 @@ def recorder_factory(dataset: RecorderConfig, c: SessionSettings, robot: Any, ro
 
         feats = robot.observation_features
         spec = DatasetSpec(c.fps, tuple(LEROBOT_STATE_NAMES), {cam: tuple(feats[cam][:2]) for cam in cameras},
-                           robot_type=robot_type)
+                           robot_type=robot_type, capture_time=True)
         return EpisodeRecorder(dataset, spec, 1, round(c.episode_s * c.fps))
 
     return make
@@ -283,7 +283,9 @@ def summary(name: str, res: Any, root: str | None) -> None:
           f"person ({res.switches} switches), {res.rejects} malformed actions held, {res.clips} commands clipped; "
           f"tick work p50 {clock.get('work_p50_ms', float('nan')):.1f} ms, p99 {clock.get('work_p99_ms', float('nan')):.1f}"
           f" ms, {int(clock.get('missed', 0))} missed deadlines"
-          + (f"; dataset {root} ({res.written} episodes written)" if root else ""), file=sys.stderr)
+          + (f"; dataset {root} ({res.written} episodes written" + (
+              f", {res.late_episodes} with late ticks: left out of training by default" if res.late_episodes else "")
+              + ")" if root else ""), file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------------------ the command

@@ -38,6 +38,7 @@ import torch
 from policies import keys
 from robot_rl.buffers.replay import ReplayBuffer
 from robot_rl.data.lerobot_format import DatasetError, read_frames, read_meta
+from robot_rl.data.timing import drop_late_episodes
 
 # observation group -> the dataset column holding it (what ``robot-rl collect env_state=true`` writes)
 OBS_COLUMNS = {keys.POLICY: keys.ENV_STATE_COL, keys.CRITIC: keys.ENV_CRITIC_STATE_COL}
@@ -89,7 +90,8 @@ class Transitions:
 
 
 def read_transitions(root: str | Path, obs_dims: dict[str, int], action_dim: int, ends: EpisodeEnds,
-                     to_env_action: ToEnvAction | None = None, max_episodes: int | None = None) -> Transitions:
+                     to_env_action: ToEnvAction | None = None, max_episodes: int | None = None,
+                     timing_check: bool = True) -> Transitions:
     """The transitions of the dataset at ``root`` (see the module docstring), checked against the env.
 
     Args:
@@ -100,6 +102,7 @@ def read_transitions(root: str | Path, obs_dims: dict[str, int], action_dim: int
         to_env_action: for a dataset without ``env_action``: LeRobot's (``observation.state``, ``action``) in
             degrees -> the env's actions (None: ``env_action`` is required).
         max_episodes: read only the first this many episodes (by episode_index; None: all).
+        timing_check: leave out episodes recorded with late ticks (``robot_rl.data.timing``).
 
     Raises:
         DatasetError: not a v3 dataset, a column missing (naming it and how to record it), a size that differs
@@ -141,6 +144,8 @@ def read_transitions(root: str | Path, obs_dims: dict[str, int], action_dim: int
         episodes = episodes[:max_episodes]
     if len(episodes) == 0:
         raise DatasetError(f"dataset {meta.root} holds no episodes")
+    if timing_check:
+        episodes = drop_late_episodes(meta, episodes, what="demo_dataset.timing_check")
     obs_cols = [OBS_COLUMNS[g] for g in obs_dims]
     done_col = [keys.DONE_COL] if keys.DONE_COL in feats else []
     wanted = list(dict.fromkeys([*obs_cols, *action_cols, keys.REWARD_COL, keys.SUCCESS_COL, *done_col]))
@@ -242,8 +247,9 @@ def demo_buffer(tr: Transitions, device: torch.device | str = "cpu") -> ReplayBu
 
 def load_demo_buffer(root: str | Path, obs_dims: dict[str, int], action_dim: int, ends: EpisodeEnds,
                      device: torch.device | str = "cpu", to_env_action: ToEnvAction | None = None,
-                     max_episodes: int | None = None) -> tuple[ReplayBuffer, Transitions]:
+                     max_episodes: int | None = None, timing_check: bool = True
+                     ) -> tuple[ReplayBuffer, Transitions]:
     """``read_transitions`` then ``demo_buffer``: the dataset at ``root`` as a demo buffer on ``device``, and the
     transitions it holds (with their counts)."""
-    tr = read_transitions(root, obs_dims, action_dim, ends, to_env_action, max_episodes)
+    tr = read_transitions(root, obs_dims, action_dim, ends, to_env_action, max_episodes, timing_check)
     return demo_buffer(tr, device), tr

@@ -46,6 +46,7 @@ from robot_rl.data.lerobot_format import (
     read_meta,
     stats_from_file,
 )
+from robot_rl.data.timing import drop_late_episodes
 from robot_rl.data.video_decode import BACKENDS, DecodeError, resolve_backend
 
 __all__ = ["ChunkDatasetConfig", "ChunkSampler", "DatasetError", "DatasetMeta", "camera_key", "read_meta"]
@@ -71,6 +72,9 @@ class ChunkDatasetConfig:
     video_backend: str = "auto"  # "auto" (PyAV, else torchcodec), "pyav" or "torchcodec"
     extra_columns: list[str] = field(default_factory=list)  # per-frame columns added to batches (next.success, ...)
     episodes: list[int] | None = None  # episode indices to load (a split); None: all
+    # leave out episodes whose measured capture times show a stalled loop (robot_rl.data.timing; datasets without a
+    # capture_time column, like simulated or LeRobot-recorded ones, have nothing to check)
+    timing_check: bool = True
     max_cache_gib: float = 16.0  # refuse to decode more image bytes than this (GiB) into RAM
     progress: bool = True  # tqdm bar while decoding
 
@@ -120,6 +124,10 @@ class ChunkSampler:
         if len(unknown):
             raise DatasetError(f"dataset {meta.root} has no episode {int(unknown[0])} (episodes "
                                f"{int(all_eps.min())}..{int(all_eps.max())})")
+        selected = len(episodes)
+        if cfg.timing_check:
+            episodes = drop_late_episodes(meta, episodes)
+        self.timing_dropped = selected - len(episodes)  # episodes left out for late ticks
         frames = read_frames(meta, episodes, [keys.OBS_STATE, keys.ACTION_COL, *cfg.extra_columns])
         cols = frames.columns
         self.num_frames, self.num_episodes = len(cols["index"]), len(episodes)
@@ -141,7 +149,8 @@ class ChunkSampler:
         self.stats_source: dict[str, str] = {}  # feature -> "meta/stats.json" or "computed"
         for name, values in ((keys.OBS_STATE, cols[keys.OBS_STATE]), (keys.ACTION_COL, cols[keys.ACTION_COL])):
             computed = compute_stats(values)
-            from_file = stats_from_file(meta, name, computed) if cfg.episodes is None else None
+            every = cfg.episodes is None and not self.timing_dropped  # meta/stats.json covers every episode
+            from_file = stats_from_file(meta, name, computed) if every else None
             self.stats_source[name] = STATS_PATH if from_file is not None else "computed"
             self.stats[name] = {s: torch.tensor(v, dtype=torch.float32) for s, v in (from_file or computed).items()}
         self._hist = torch.arange(-cfg.history + 1, 1)

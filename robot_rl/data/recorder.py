@@ -43,6 +43,7 @@ default pixel format, halves colour resolution and gives ~31 dB there. Decodable
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -59,6 +60,9 @@ from omegaconf import MISSING
 from policies import keys
 from robot_rl.checkpoint import OutputWriteError
 from robot_rl.checkpoint import fsync_path as _fsync
+from robot_rl.data.timing import EpisodeTiming, episode_timing
+
+log = logging.getLogger(__name__)
 
 # LeRobot's layout (lerobot.datasets.utils; LeRobot itself is imported where used: importing it takes seconds, and
 # the command line's config schemas import this module for RecorderConfig).
@@ -105,6 +109,8 @@ class DatasetSpec:
         robot_type: LeRobot's robot type.
         vectors: extra float32 columns -> their size, handed to ``add`` as ``extras`` every step (the env's own
             state and action for state-based learners, ``keys.ENV_STATE_COL`` ...; none by default).
+        capture_time: frames carry ``keys.CAPTURE_TIME_COL`` (measured read times: a real robot's loop), recorded as
+            a column and checked per episode (``robot_rl.data.timing``).
     """
 
     fps: int
@@ -112,6 +118,7 @@ class DatasetSpec:
     cameras: dict[str, tuple[int, int]] = field(default_factory=dict)
     robot_type: str = "so101_follower"
     vectors: dict[str, int] = field(default_factory=dict)
+    capture_time: bool = False
 
     def features(self) -> dict[str, dict[str, Any]]:
         """LeRobot's feature dict (dtype, shape, names of every column but LeRobot's own indices)."""
@@ -128,6 +135,8 @@ class DatasetSpec:
         out[keys.DONE_COL] = {"dtype": "bool", **scalar}
         out[keys.INTERVENTION_COL] = {"dtype": "bool", **scalar}
         out[keys.ACTOR_COL] = {"dtype": "int64", **scalar}
+        if self.capture_time:
+            out[keys.CAPTURE_TIME_COL] = {"dtype": "float32", **scalar}
         for name, size in self.vectors.items():
             out[name] = {"dtype": "float32", "shape": (int(size),), "names": None}
         return out
@@ -135,13 +144,14 @@ class DatasetSpec:
 
 @dataclass(frozen=True)
 class WrittenEpisode:
-    """An episode committed to the dataset: its index there, the env it came from, its frames, and whether it
-    succeeded at any step."""
+    """An episode committed to the dataset: its index there, the env it came from, its frames, whether it
+    succeeded at any step, and its measured timing (None without capture times)."""
 
     index: int
     env: int
     length: int
     success: bool
+    timing: EpisodeTiming | None = None
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -436,6 +446,7 @@ class EpisodeRecorder:
         self._reward = np.zeros((n, length, 1), np.float32)
         self._success = np.zeros((n, length, 1), bool)
         self._actor = np.zeros((n, length, 1), np.int64)
+        self._capture = np.zeros((n, length, 1), np.float32)
         self._images = {cam: np.zeros((n, length, 3, h, w), np.uint8) for cam, (h, w) in self.spec.cameras.items()}
         self._vectors = {k: np.zeros((n, length, int(d)), np.float32) for k, d in self.spec.vectors.items()}
         self._tasks: list[list[str]] = [[] for _ in range(n)]
@@ -445,7 +456,7 @@ class EpisodeRecorder:
             return np.concatenate([a, np.zeros_like(a)], axis=1)
 
         self._cap *= 2
-        for name in ("_state", "_action", "_policy_action", "_reward", "_success", "_actor"):
+        for name in ("_state", "_action", "_policy_action", "_reward", "_success", "_actor", "_capture"):
             setattr(self, name, more(getattr(self, name)))
         self._images = {cam: more(a) for cam, a in self._images.items()}
         self._vectors = {k: more(a) for k, a in self._vectors.items()}
@@ -459,7 +470,8 @@ class EpisodeRecorder:
 
         Args:
             frames: the observation the action was chosen on: ``observation.state`` float [N, D],
-                ``observation.images.<cam>`` uint8 [N, 3, H, W] per camera of the spec, ``task`` list[str] of N.
+                ``observation.images.<cam>`` uint8 [N, 3, H, W] per camera of the spec, ``task`` list[str] of N,
+                and ``capture_time`` float [N] when the spec records it.
             action: float [N, D] the action sent (joint targets, degrees).
             reward: float [N] reward of the step; success: bool [N] solved after it (``next.success``).
             done: bool [N] this step ends the env's episode (terminated or truncated): its frame is the last one.
@@ -486,8 +498,15 @@ class EpisodeRecorder:
             raise ValueError(f"extras must hold exactly the columns {sorted(self.spec.vectors)}, got "
                              f"{sorted(extras or {})}")
         vectors = {k: (_np(v).astype(np.float32), int(self.spec.vectors[k])) for k, v in (extras or {}).items()}
-        for name, (a, width) in ((keys.OBS_STATE, (state, d)), (keys.ACTION_COL, (act, d)),
-                                 (keys.POLICY_ACTION_COL, (prop, d)), *vectors.items()):
+        checked = [(keys.OBS_STATE, (state, d)), (keys.ACTION_COL, (act, d)), (keys.POLICY_ACTION_COL, (prop, d)),
+                   *vectors.items()]
+        if self.spec.capture_time:
+            if keys.CAPTURE_TIME_COL not in frames:
+                raise ValueError(f"frames lack {keys.CAPTURE_TIME_COL!r}, which this dataset records (measured read "
+                                 "times of the robot)")
+            capture = _np(frames[keys.CAPTURE_TIME_COL]).astype(np.float32).reshape(n, -1)
+            checked.append((keys.CAPTURE_TIME_COL, (capture, 1)))
+        for name, (a, width) in checked:
             if a.shape != (n, width):
                 raise ValueError(f"{name} has shape {a.shape}, expected [num_envs, {width}] = [{n}, {width}]")
             bad = keep & ~np.isfinite(a).all(axis=1)
@@ -511,6 +530,8 @@ class EpisodeRecorder:
         self._reward[ids, t, 0] = _np(reward).astype(np.float32).reshape(n)[ids]
         self._success[ids, t, 0] = _np(success).astype(bool).reshape(n)[ids]
         self._actor[ids, t, 0] = np.broadcast_to(_np(actor).astype(np.int64), (n,))[ids]
+        if self.spec.capture_time:
+            self._capture[ids, t] = capture[ids]
         for cam, img in images.items():
             self._images[cam][ids, t] = img[ids]
         for k, (a, _) in vectors.items():
@@ -544,6 +565,8 @@ class EpisodeRecorder:
                     keys.TASK: self._tasks[i][t]}
                 for cam in self.spec.cameras:
                     frame[keys.lerobot_image_key(cam)] = self._images[cam][i, t]
+                if self.spec.capture_time:
+                    frame[keys.CAPTURE_TIME_COL] = self._capture[i, t]
                 for k, a in self._vectors.items():
                     frame[k] = a[i, t]
                 self.ds.add_frame(frame)
@@ -560,12 +583,16 @@ class EpisodeRecorder:
         self.timings["save_s"] += t2 - t1
         self.timings["commit_s"] += time.perf_counter() - t2
         success = bool(self._success[i, :length].any())
+        timing = episode_timing(self._capture[i, :length, 0], self.spec.fps) if self.spec.capture_time else None
+        if timing is not None and timing.flagged:  # written all the same: the loaders leave it out by default
+            log.warning("episode %d was recorded with late ticks (%s); training leaves it out by default "
+                        "(dataset.timing_check)", index, timing.reason)
         self.episodes_written += 1
         self.frames_written += length
         self.num_episodes = index + 1
         self._len[i] = 0
         self._tasks[i] = []
-        return WrittenEpisode(index, i, length, success)
+        return WrittenEpisode(index, i, length, success, timing)
 
     def _commit(self, env: int | None, length: int) -> None:
         """Make the episode just saved durable, then record the commit (see the module docstring)."""
