@@ -180,6 +180,10 @@ def test_a_task_recipe_overrides_the_algorithm_defaults_and_the_command_line_ove
     assert compose("train", ["task=so101_lift"]).task.reward_weights.pads == 0.5
     assert compose("train", ["task=so101_lift", "algo=flashsac"]).task.reward_weights.pads == 0.0
     assert compose("train", ["task=so101_lift", "task.reward_weights.pads=0"]).task.reward_weights.pads == 0.0
+    # FlashSAC's recipe runs torch on 2 threads (flashsac_threads.json); PPO collects on 1; the command line wins
+    assert compose("train", ["algo=flashsac"]).torch_threads == 2
+    assert compose("train", ["algo=ppo"]).torch_threads == 1
+    assert compose("train", ["algo=flashsac", "torch_threads=1"]).torch_threads == 1
 
 
 @pytest.mark.parametrize("overrides,expected", [

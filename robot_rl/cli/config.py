@@ -24,7 +24,7 @@ class TrainSettings(RunLimits):
     device: str = "cpu"  # learner device: cpu | cuda | cuda:<i> | auto (the env keeps sim.device)
     run_dir: str | None = None  # default: runs/<task>_<algo>_<YYYYmmdd_HHMMSS>; on resume: the checkpoint's run
     resume: str | None = None  # a run folder or checkpoint folder to continue from, exactly
-    torch_threads: int = 1  # torch intra-op threads (the simulator has its own, sim.num_threads)
+    torch_threads: int = 1  # torch intra-op threads (the simulator has its own, sim.num_threads); flashsac.yaml sets 2
     # torch threads during an on-policy update (algo=ppo), when the simulator is idle; None: every core this process
     # may use. On 2 cores PPO trained 1.11x (so101_reach) and 1.07x (humanoid_walk) as fast as with one thread
     # throughout, env.step unchanged (benchmarks/results/torch_threads.json).
