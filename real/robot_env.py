@@ -11,8 +11,9 @@ through ``real.safety.SafetyFilter`` (DESIGN.md §3, §6).
 
 Frames are our LeRobot convention (``policies.keys``): ``observation.state`` float32 [1, 6] degrees (the gripper
 too: ``real.features`` maps the robot's 0..100 to degrees), ``observation.images.<cam>`` uint8 [1, 3, H, W], ``task``
-list[str], and ``capture_time`` float32 [1] (when the read returned, s since the episode's first one). Actions are absolute joint targets in degrees [1, 6] or a chunk [1, H, 6] (its first step is executed);
-a teleoperator's action dict (robot units) is accepted too. ``info[keys.ACTION_COL]`` (= ``info[APPLIED_ACTION]``)
+list[str], and ``capture_time`` float32 [1] (when the read returned, s since the episode's first one). Actions are
+absolute joint targets in degrees [1, 6] or a chunk [1, H, 6] (its first step is executed); a teleoperator's action
+dict (robot units) is accepted too. ``info[keys.ACTION_COL]`` (= ``info[APPLIED_ACTION]``)
 is the command the robot really received, in degrees: the clipped one, the one to record (A2). ``info[ACTOR]`` says
 who chose it. The step paces itself with a ``ControlClock`` (30 Hz by default) and counts missed deadlines.
 """
