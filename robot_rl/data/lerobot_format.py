@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,16 +112,32 @@ def read_meta(root: str | Path) -> DatasetMeta:
         info = json.loads(info_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DatasetError(f"{info_path} is not readable JSON ({type(e).__name__}: {e})") from None
-    version = str(info.get("codebase_version", "")) if isinstance(info, dict) else ""
+    if not isinstance(info, dict):
+        raise DatasetError(f"{info_path} is not a JSON object (it holds a {type(info).__name__})")
+    version = str(info.get("codebase_version", ""))
     if not version.startswith("v3."):
         raise DatasetError(f"{root} is not a LeRobotDataset v3 folder: {INFO_PATH} says codebase_version "
                            f"{version or 'nothing'!r} (v2.1 converts with lerobot.scripts.convert_dataset_v21_to_v30)")
     for name, kind in (("fps", (int, float)), ("features", dict), ("data_path", str)):
-        if not isinstance(info.get(name), kind):
+        if not isinstance(info.get(name), kind) or isinstance(info.get(name), bool):
             raise DatasetError(f"{info_path}: field {name!r} is missing or malformed")
+    if not (math.isfinite(info["fps"]) and info["fps"] > 0):
+        raise DatasetError(f"{info_path}: fps must be a positive number, got {info['fps']!r}")
+    for key, ft in info["features"].items():
+        shape = ft.get("shape") if isinstance(ft, dict) else None
+        if not isinstance(ft, dict) or not isinstance(ft.get("dtype"), str) or not isinstance(shape, list | tuple) \
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+            raise DatasetError(f"{info_path}: feature {key!r} is malformed (a dtype name and a shape of positive "
+                               f"integers expected): {str(ft)[:200]}")
     has_video = any(ft.get("dtype") == "video" for ft in info["features"].values())
     if has_video and not isinstance(info.get("video_path"), str):
         raise DatasetError(f"{info_path}: the dataset has video features but no 'video_path'")
+    for name, fields in (("data_path", {}), ("video_path", {"video_key": "k"})):
+        if name in info and (name == "data_path" or has_video):
+            try:
+                str(info[name]).format(chunk_index=0, file_index=0, **fields)
+            except (KeyError, IndexError, ValueError) as e:
+                raise DatasetError(f"{info_path}: {name} {info[name]!r} is not a path template ({e!r})") from None
     return DatasetMeta(root, info, _read_episodes(root, info), _read_tasks(root), _read_stats(root))
 
 
@@ -137,13 +154,14 @@ def _read_episodes(root: Path, info: dict) -> dict[str, np.ndarray]:
         try:
             names = [n for n in pq.read_schema(path).names if not n.startswith("stats/")]
             table = pq.read_table(path, columns=names)
-        except (OSError, pa.ArrowException) as e:
+            values = {col: table.column(col).to_pylist() for col in table.column_names}
+        except (OSError, ValueError, MemoryError, pa.ArrowException) as e:  # ValueError: text that is not UTF-8, ...
             raise DatasetError(f"episode metadata {path} is unreadable ({type(e).__name__}: {e})") from None
         for col in needed:
-            if col not in table.column_names:
+            if col not in values:
                 raise DatasetError(f"episode metadata {path} has no column {col!r}")
-        for col in table.column_names:
-            cols.setdefault(col, []).extend(table.column(col).to_pylist())
+        for col, v in values.items():
+            cols.setdefault(col, []).extend(v)
     order = np.argsort(np.asarray(cols["episode_index"], dtype=np.int64), kind="stable")
     eps = {k: np.asarray(v, dtype=object if k == "tasks" else None)[order] for k, v in cols.items()
            if len(v) == len(order)}
@@ -156,16 +174,19 @@ def _read_tasks(root: Path) -> list[str]:
     path = root / TASKS_PATH
     if not path.is_file():
         raise DatasetError(f"{root} is not a LeRobotDataset v3 folder: {TASKS_PATH} is missing")
-    try:
-        df = pq.read_table(path).to_pandas()
-    except (OSError, pa.ArrowException) as e:
-        raise DatasetError(f"task table {path} is unreadable ({type(e).__name__}: {e})") from None
-    if "task_index" not in df.columns:
-        raise DatasetError(f"task table {path} has no column 'task_index'")
-    texts = df["task"].tolist() if "task" in df.columns else list(df.index)
-    tasks = [""] * (int(df["task_index"].max()) + 1 if len(df) else 0)
-    for text, i in zip(texts, df["task_index"].tolist(), strict=True):
-        tasks[int(i)] = str(text)
+    try:  # plain columns (LeRobot's pandas index "task" is one): no pandas metadata to trust
+        table = pq.read_table(path).to_pydict()
+    except (OSError, ValueError, MemoryError, pa.ArrowException) as e:  # ValueError: text that is not UTF-8, ...
+        raise DatasetError(f"task table {path} is unreadable ({type(e).__name__}: {str(e)[:200]})") from None
+    if "task_index" not in table or "task" not in table:
+        raise DatasetError(f"task table {path} has no column {'task_index' if 'task_index' not in table else 'task'!r}")
+    index, texts = table["task_index"], table["task"]
+    if sorted(i if isinstance(i, int) else -1 for i in index) != list(range(len(index))):
+        raise DatasetError(f"task table {path}: task_index must number its {len(index)} tasks 0..{len(index) - 1} "
+                           "once each")
+    tasks = [""] * len(index)
+    for text, i in zip(texts, index, strict=True):
+        tasks[i] = str(text)
     return tasks
 
 
@@ -230,14 +251,16 @@ def read_frames(meta: DatasetMeta, episodes: np.ndarray, wanted: list[str]) -> F
         where = f"data file {path} (episodes {_span(file_eps)})"
         if not path.is_file():
             raise DatasetError(f"{where} is missing")
+        corrupt = (OSError, ValueError, MemoryError, pa.ArrowException)  # what pyarrow raises for a damaged file
         try:
             missing = [c for c in columns if c not in pq.read_schema(path).names]
-            if missing:
-                raise DatasetError(f"{where} has no column {missing[0]!r}")
-            table = pq.read_table(path, columns=columns)
-        except (OSError, pa.ArrowException) as e:
+            if not missing:
+                table = pq.read_table(path, columns=columns)
+        except corrupt as e:
             raise DatasetError(f"{where} is unreadable, truncated or corrupt ({type(e).__name__}: "
-                               f"{str(e).splitlines()[0][:200]})") from None
+                               f"{str(e).splitlines()[0][:200] if str(e) else ''})") from None
+        if missing:
+            raise DatasetError(f"{where} has no column {missing[0]!r}")
         ep_col = _numpy(table, "episode_index", where)
         keep = np.flatnonzero(np.isin(ep_col, file_eps))
         for c in columns:
@@ -246,6 +269,18 @@ def read_frames(meta: DatasetMeta, episodes: np.ndarray, wanted: list[str]) -> F
         file_of_row.append(np.full(len(keep), len(files) - 1, dtype=np.int64))
         row_in_file.append(keep.astype(np.int64))
     cols = {c: np.concatenate(v) for c, v in parts.items()}
+    for c in wanted:  # each column as meta/info.json declares it (RELIABILITY C3)
+        ft = meta.features.get(c)
+        if ft is None or ft["dtype"] in ("video", "image", "string", "language"):
+            continue
+        try:
+            np.dtype(ft["dtype"])
+        except TypeError:
+            raise DatasetError(f"{INFO_PATH}: feature {c!r} has dtype {ft['dtype']!r}, which is no number type") from None
+        width, declared = (cols[c].shape[1] if cols[c].ndim == 2 else 1), math.prod(ft["shape"])
+        if width != declared:
+            raise DatasetError(f"data files hold {width} values per frame in {c!r}, {INFO_PATH} declares shape "
+                               f"{list(ft['shape'])}")
     order = np.lexsort((cols["frame_index"], cols["episode_index"]))
     cols = {c: v[order] for c, v in cols.items()}
     file_of_row, row_in_file = np.concatenate(file_of_row)[order], np.concatenate(row_in_file)[order]

@@ -136,9 +136,14 @@ def _pyav_frames(path: Path, height: int, width: int):
 
     reformatter = VideoReformatter()  # keeps its swscale context between frames (to_ndarray makes one per call)
     with av.open(str(path)) as container:
+        if not container.streams.video:
+            raise ValueError("the file holds no video stream")
         stream = container.streams.video[0]
-        if stream.codec_context.width * stream.codec_context.height <= 320 * 240:
-            stream.codec_context.thread_count = 1  # small frames: threads cost more than they save (~2x here)
+        ctx = stream.codec_context
+        if ctx is None or not ctx.width or not ctx.height:  # a damaged header
+            raise ValueError("the video stream has no decoder or no frame size")
+        if ctx.width * ctx.height <= 320 * 240:
+            ctx.thread_count = 1  # small frames: threads cost more than they save (~2x here)
         else:
             stream.thread_type = "AUTO"
         base = stream.time_base
