@@ -1,5 +1,6 @@
-"""Malformed datasets (RELIABILITY.md C5, the CI subset): a small LeRobotDataset v3 damaged at random -- a file
-truncated, emptied, deleted, or with bits flipped -- and in named ways (metadata that lies), 1,000 cases in all.
+"""Malformed datasets (RELIABILITY.md C5): a small LeRobotDataset v3 damaged at random -- a file truncated, emptied,
+deleted, or with bits flipped -- and in named ways (metadata that lies): 1,000 cases by default, 10,045 random ones with
+``-m slow``.
 Each either loads with every frame where the undamaged one has it (bits flipped inside values or unread bytes can
 leave a loadable file) or is refused with a DatasetError; nothing else is raised, and no case takes over 5 s."""
 
@@ -20,6 +21,7 @@ from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler, Datas
 from tests.test_lerobot_loader import make_dataset
 
 CHUNKS, PER_CHUNK = 20, 49  # 980 random cases, and the named ones below
+NIGHTLY_CHUNKS = 205  # with -m slow: 10,045 random cases in all (C5's nightly tier)
 KINDS = ("truncate", "flip", "delete", "empty")
 
 
@@ -66,7 +68,8 @@ def damage(path: Path, kind: str, rng: random.Random) -> None:
         path.write_bytes(b"")
 
 
-@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.parametrize("chunk", [*range(CHUNKS), *(pytest.param(c, marks=pytest.mark.slow)
+                                                   for c in range(CHUNKS, NIGHTLY_CHUNKS))])
 def test_randomly_damaged_files_load_whole_or_are_refused(pristine, tmp_path, chunk):
     base, truth = pristine
     files = [p.relative_to(base) for p in sorted(base.rglob("*")) if p.is_file()]
