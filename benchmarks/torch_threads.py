@@ -60,6 +60,7 @@ JOBS = {
     "ppo_so101_reach_64envs": ["train", "task=so101_reach", "algo=ppo", "total_steps=98304"],
     "ppo_humanoid_walk_64envs": ["train", "task=humanoid_walk", "algo=ppo", "sim.num_envs=64", "total_steps=49152"],
     "flashsac_so101_lift": ["train", "task=so101_lift", "algo=flashsac", "total_steps=30000"],
+    "flashsac_humanoid_walk": ["train", "task=humanoid_walk", "algo=flashsac", "total_steps=20000"],
     "offline_bc_so101_lift": ["offline", "algo=bc", "steps=200", "dataset.progress=false"],
 }
 COMMON = {"train": ["eval.enabled=false", "logger.progress=false", "logger.tensorboard=false",
