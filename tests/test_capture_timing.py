@@ -186,3 +186,26 @@ def test_recording_capture_times_needs_them_in_every_frame(tmp_path):
         rec.add({**frames, keys.CAPTURE_TIME_COL: torch.tensor([float("nan")])}, torch.zeros(1, 6), torch.zeros(1),
                 torch.tensor([False]), torch.tensor([False]))
     rec.close()
+
+
+def test_appending_to_a_recording_made_without_capture_times_goes_on_without_them(tmp_path, caplog):
+    """A dataset recorded before capture times were kept still takes appended episodes from robot-rl deploy: they
+    are written in its schema (no capture_time), with a warning, instead of the append being refused."""
+    from robot_rl.data.lerobot_format import read_meta
+    from robot_rl.data.recorder import DatasetSpec, EpisodeRecorder, RecorderConfig
+
+    root = tmp_path / "ds"
+
+    def one_episode(spec, append):
+        with EpisodeRecorder(RecorderConfig(root=str(root), append=append), spec, 1, 8) as rec:
+            for i in range(4):
+                frames = {keys.OBS_STATE: torch.zeros(1, 6), keys.TASK: ["reach"],
+                          keys.CAPTURE_TIME_COL: torch.tensor([i / 30])}
+                rec.add(frames, torch.zeros(1, 6), torch.zeros(1), torch.tensor([False]), torch.tensor([i == 3]))
+
+    one_episode(DatasetSpec(30, NAMES, {}), append=False)
+    with caplog.at_level(logging.WARNING, logger="robot_rl.data.recorder"):
+        one_episode(DatasetSpec(30, NAMES, {}, capture_time=True), append=True)
+    assert "recorded without capture_time" in caplog.text
+    meta = read_meta(root)
+    assert len(meta.episodes["episode_index"]) == 2 and keys.CAPTURE_TIME_COL not in meta.features

@@ -49,7 +49,7 @@ import re
 import shutil
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Self
 
@@ -421,8 +421,13 @@ class EpisodeRecorder:
         from lerobot.utils.constants import DEFAULT_FEATURES
 
         info = read_commit(self.root)["info"]
-        want = self.spec.features()
         have = {k: v for k, v in info["features"].items() if k not in DEFAULT_FEATURES}
+        if self.spec.capture_time and keys.CAPTURE_TIME_COL not in have:
+            # a recording made before capture times were kept: its new episodes go without them too (one schema)
+            log.warning("%s was recorded without %s: the episodes appended now are written without it, and their "
+                        "timing is not checked", self.root, keys.CAPTURE_TIME_COL)
+            self.spec = replace(self.spec, capture_time=False)
+        want = self.spec.features()
         problems = [f"fps {info['fps']} (recording at {self.spec.fps})"] if info["fps"] != self.spec.fps else []
         if info.get("robot_type") != self.spec.robot_type:
             problems.append(f"robot_type {info.get('robot_type')!r} (recording {self.spec.robot_type!r})")
