@@ -5,8 +5,8 @@ is idle (``update_threads``): its torch threads share the 2 cores with MuJoCo's 
 spin (``robot_rl.OPENMP_SPIN_DEFAULT``) two threads stepped it 1.10x as fast (``torch_threads.json``); this measures
 whether that survives into learning: the same recipe (``robot-rl train task=so101_lift algo=flashsac``, built as
 ``benchmarks/offpolicy.py`` builds it), one run at a time, the two settings alternating per seed. Every 30 s of
-training the clock stops and the deterministic policy is evaluated on offpolicy.py's 50 seeded episodes (at 2 torch
-threads on either side); a run stops at the first evaluation at >= 90 %.
+training the clock stops and the deterministic policy is evaluated on offpolicy.py's 50 seeded episodes; a run stops
+at the first evaluation at >= 90 % (offpolicy.py's ``_ours`` loop).
 
     python benchmarks/flashsac_threads.py                    # seeds 0-3, 15-minute budget per run (~40 min here)
     python benchmarks/flashsac_threads.py --replot           # redraw the PNG from the JSON
@@ -19,7 +19,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +35,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 NAME = "flashsac_threads"
-TASK, TARGET, EVAL_EVERY_S, EVAL_THREADS = "so101_lift", 0.9, 30.0, 2
-TOL = 1e-6  # evaluate() reports success as float32: 45 of 50 episodes reads 0.8999999761581421
+TASK, TARGET, EVAL_EVERY_S = "so101_lift", 0.9, 30.0
+TOL = 1e-6  # runs recorded before 74d68f4 hold float32 shares: 45 of 50 episodes read 0.8999999761581421
 
 
 def reached(success: float) -> bool:
@@ -54,43 +53,12 @@ def result(curve: list[tuple[float, int, float]]) -> dict[str, Any]:
 
 
 def run(seed: int, threads: int, budget_s: float) -> dict[str, Any]:
-    """One FlashSAC training at ``threads`` torch threads: its eval curve [(train s, env steps, success)]."""
-    from omegaconf import OmegaConf
-
-    import benchmarks.offpolicy as op
-    from robot_rl.checkpoint import CheckpointManager
-    from robot_rl.cli.build import build_algorithm, build_env, build_runner, compose, seed_everything
-    from robot_rl.logging import LoggerConfig, RunLogger
-    from robot_rl.runners.common import RunLimits
+    """One FlashSAC training at ``threads`` torch threads (offpolicy.py's loop), recorded from its eval curve."""
+    from benchmarks.offpolicy import _ours
 
     torch.set_num_threads(threads)
-    cfg = OmegaConf.to_container(compose("train", [f"task={TASK}", "algo=flashsac", f"seed={seed}"]), resolve=True)
-    algo_raw = dict(cfg["algo"])
-    seed_everything(seed)
-    env = build_env(cfg["task"], cfg["sim"])
-    built, runner_keys = build_algorithm(algo_raw.pop("name"), algo_raw, env, torch.device("cpu"))
-    tmp = Path(tempfile.mkdtemp(prefix="flashsac_threads_"))
-    logger = RunLogger(tmp, LoggerConfig(progress=False, tensorboard=False))
-    runner = build_runner("flashsac", env, built, runner_keys, RunLimits(total_steps=None, max_minutes=1e9, seed=seed),
-                          logger, CheckpointManager(tmp / "c"), {})
-    runner.start()
-    ev, curve, next_eval = op._eval_env(TASK), [], 0.0
-    while True:
-        if runner.elapsed_s >= next_eval or runner.elapsed_s >= budget_s:
-            built.policy.eval()
-            torch.set_num_threads(EVAL_THREADS)  # the clock is stopped; the same evaluation speed on both sides
-            succ, _ = op._evaluate(ev, lambda o: built.policy.act(o, deterministic=True))
-            torch.set_num_threads(threads)
-            curve.append((round(runner.elapsed_s, 1), runner.env_steps, succ))
-            print(f"  seed {seed} threads {threads}: {curve[-1]}", flush=True)
-            next_eval += EVAL_EVERY_S
-            if reached(succ) or runner.elapsed_s >= budget_s:
-                break
-        runner.run_iteration()
-    env.close()
-    ev.close()
-    logger.close()
-    return result(curve)
+    curve = _ours(TASK, "flashsac", seed, budget_s, EVAL_EVERY_S, stop_at=TARGET - TOL)
+    return result([(t, steps, succ) for t, steps, succ, _ in curve])
 
 
 def summarize(runs: dict[str, dict[str, Any]], budget_s: float) -> dict[str, Any]:
@@ -148,7 +116,7 @@ def main() -> None:
         for threads in (1, 2):
             runs[f"seed{seed}_threads{threads}"] = run(seed, threads, args.budget_s)
     data = {"task": TASK, "target": TARGET, "budget_s": args.budget_s, "eval_every_s": EVAL_EVERY_S,
-            "eval": "benchmarks/offpolicy.py's: 50 seeded episodes, deterministic policy, 2 torch threads",
+            "eval": "benchmarks/offpolicy.py's: 50 seeded episodes, deterministic policy, the clock stopped",
             "openmp_spin": robot_rl.OPENMP_SPIN, "runs": runs, "summary": summarize(runs, args.budget_s)}
     s = data["summary"]
     goals = [goal("flashsac_2_threads_time_to_90_speedup", s["time_to_90_speedup_2_over_1"], 1.0, ">="),

@@ -58,8 +58,9 @@ def _evaluate(env: Any, act: Callable[[dict[str, torch.Tensor]], torch.Tensor]) 
     return r.success_rate, r.mean_return
 
 
-def _ours(task: str, algo: str, seed: int, budget_s: float, eval_every: float) -> Curve:
-    """Our learner as ``robot-rl train task=<task> algo=<algo>`` builds it, driven iteration by iteration."""
+def _ours(task: str, algo: str, seed: int, budget_s: float, eval_every: float, stop_at: float | None = None) -> Curve:
+    """Our learner as ``robot-rl train task=<task> algo=<algo>`` builds it, driven iteration by iteration, until
+    ``budget_s`` of training or (``stop_at``) the first evaluation at that success rate."""
     from omegaconf import OmegaConf
 
     from robot_rl.checkpoint import CheckpointManager
@@ -88,7 +89,7 @@ def _ours(task: str, algo: str, seed: int, budget_s: float, eval_every: float) -
             print(f"  {algo:8s} {task} seed {seed}: {runner.elapsed_s:6.1f} s {runner.env_steps:8d} steps "
                   f"success {succ:.2f} return {ret:7.2f}", flush=True)
             next_eval += eval_every
-            if runner.elapsed_s >= budget_s:
+            if runner.elapsed_s >= budget_s or (stop_at is not None and succ >= stop_at):
                 break
         step()
     env.close()
