@@ -106,7 +106,14 @@ def _data(root: Path) -> Path:
     return next((root / "data").glob("chunk-*/file-*.parquet"))
 
 
+def _symlink_loop(path: Path) -> None:
+    """``path`` becomes a symlink to itself (opening it fails with ELOOP)."""
+    path.unlink()
+    path.symlink_to(path.name)
+
+
 STATE = "observation.state"
+FRONT = "observation.images.front"
 NAMED = {
     "info: fps 0": lambda r: _rewrite_info(r, lambda i: i.update(fps=0)),
     "info: fps as text": lambda r: _rewrite_info(r, lambda i: i.update(fps="30")),
@@ -121,6 +128,13 @@ NAMED = {
     "info: video_path missing": lambda r: _rewrite_info(r, lambda i: i.pop("video_path")),
     "info: codebase v2.1": lambda r: _rewrite_info(r, lambda i: i.update(codebase_version="v2.1")),
     "info: not an object": lambda r: (r / "meta" / "info.json").write_text("[1, 2]"),
+    "info: a camera of 100,000 x 100,000 pixels": lambda r: _rewrite_info(r, lambda i: i["features"][FRONT].update(
+        shape=[100_000, 100_000, 3])),
+    "info: a state of 2**40 values": lambda r: _rewrite_info(r, lambda i: i["features"][STATE].update(shape=[2**40])),
+    "files: info.json a symlink loop": lambda r: _symlink_loop(r / "meta" / "info.json"),
+    "files: a data file a symlink loop": lambda r: _symlink_loop(_data(r)),
+    "files: an episodes file a symlink loop": lambda r: _symlink_loop(_episodes(r)),
+    "files: a video file a symlink loop": lambda r: _symlink_loop(next((r / "videos" / FRONT).rglob("*.mp4"))),
     "episodes: one listed twice": lambda r: _rewrite_parquet(_episodes(r), lambda d: d.iloc[[0, 0, 1, 2]]),
     "episodes: a negative index": lambda r: _rewrite_parquet(_episodes(r), lambda d: d.assign(
         episode_index=[-1, 1, 2])),

@@ -32,7 +32,8 @@ import pyarrow.parquet as pq
 import torch
 
 from policies import keys
-from robot_rl.data.video_decode import DecodeError, FileTargets, decode_file, decode_image_bytes
+from robot_rl.data.decode_process import decode_file
+from robot_rl.data.video_decode import DecodeError, FileTargets, decode_image_bytes
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +373,7 @@ def decode_videos(meta: DatasetMeta, frames: Frames, key: str, cache: torch.Tens
         path = meta.root / meta.info["video_path"].format(video_key=key, chunk_index=c, file_index=f)
         targets = FileTargets(path, times[rows], rows.astype(np.int64), ep[rows].astype(np.int64))
         try:
-            decode_file(backend, targets, cache, tolerance_s=0.25 / meta.fps, on_progress=bar.update)
+            decode_file(backend, targets, cache.numpy(), tolerance_s=0.25 / meta.fps, on_progress=bar.update)
         except DecodeError as e:
             raise DatasetError(f"camera {key!r}, episodes {_span(sorted(set(ep[rows].tolist())))}: {e}") from None
 
@@ -388,7 +389,7 @@ def decode_images(meta: DatasetMeta, frames: Frames, key: str, cache: torch.Tens
             for r, blob in zip(rows.tolist(), data, strict=True):
                 if blob is None:
                     raise DecodeError(f"no image bytes in row {frames.row_in_file[r]}")
-                cache[r] = decode_image_bytes(blob, h, w)
+                cache[r] = torch.from_numpy(decode_image_bytes(blob, h, w))
         except (OSError, pa.ArrowException, DecodeError, ValueError) as e:
             raise DatasetError(f"data file {path}, camera {key!r}: image unreadable ({type(e).__name__}: "
                                f"{str(e)[:200]})") from None

@@ -1,9 +1,10 @@
-"""Decode a LeRobotDataset v3 camera once, file by file, into a uint8 frame cache in RAM.
+"""Decode a LeRobotDataset v3 video file once, front to back, into the frames its dataset rows show.
 
 A v3 video file holds several episodes back to back; episode e's frame i is the file's frame shown at
 ``from_timestamp[e] + timestamp[i]`` seconds. Each file is decoded front to back exactly once (no seeking), each
-frame converted (and resized) only if some dataset row wants it, and written straight into the cache row, so
-the peak memory is the cache itself.
+frame converted (and resized) only if some dataset row wants it. The loader runs this in a child process
+(``decode_process``), so that nothing a damaged file does to FFmpeg can take the training process down; this
+module imports neither torch nor anything the child does not need.
 
 Backends: PyAV (bundles its own FFmpeg, so it works on every machine kind; resizing happens in swscale, per
 frame, with area averaging) and torchcodec (needs the system's FFmpeg libraries; frames are decoded in batches
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import importlib
 import io
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    import torch
 
 BACKENDS = ("auto", "pyav", "torchcodec")
 
@@ -72,60 +74,25 @@ def resolve_backend(name: str) -> str:
                          if "torchcodec" in why else ""))
 
 
-def decode_file(backend: str, targets: FileTargets, cache: torch.Tensor, tolerance_s: float,
-                on_progress: Callable[[int], None] = lambda n: None) -> None:
-    """Fill ``cache[targets.rows]`` (uint8 [N, 3, H, W]) from one video file.
+def matched_frames(backend: str, targets: FileTargets, height: int, width: int, tolerance_s: float):
+    """Decode ``targets.path`` front to back and yield ``(p, q, frame)``: the frame (uint8 [3, height, width])
+    shown at ``targets.times[p:q]``, every target within ``tolerance_s`` of the frame's timestamp.
 
-    A target is served by the decoded frame whose timestamp lies within ``tolerance_s`` of it. Raises
-    DecodeError naming the file and the first episode left without a frame (a truncated or short file) or
-    the FFmpeg error. ``on_progress(n)`` is told each time n more rows are filled (progress bars).
+    Targets passed by without a frame close enough are never yielded (the caller finds them unfilled). Raises
+    the decoder's own exceptions (OSError, ValueError, FFmpeg errors, ...) as they come.
     """
-    if not targets.path.is_file():
-        raise DecodeError(f"video file {targets.path} is missing")
-    filled = np.zeros(len(targets.rows), dtype=bool)
-    try:
-        frames = _pyav_frames if backend == "pyav" else _torchcodec_frames
-        _assign(frames(targets.path, cache.shape[2], cache.shape[3]), targets, cache, filled, tolerance_s,
-                on_progress)
-    except (OSError, ValueError, RuntimeError, EOFError, *_ffmpeg_errors(backend)) as e:
-        j = int(np.flatnonzero(~filled)[0]) if not filled.all() else len(filled) - 1
-        raise DecodeError(f"video file {targets.path} cannot be decoded at {targets.times[j]:.3f} s (episode "
-                          f"{int(targets.episodes[j])}): {type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
-    if not filled.all():
-        j = int(np.flatnonzero(~filled)[0])
-        raise DecodeError(f"video file {targets.path} has no frame at {targets.times[j]:.3f} s (episode "
-                          f"{int(targets.episodes[j])}; {int((~filled).sum())} frames missing: is the file truncated?)")
-
-
-def _ffmpeg_errors(backend: str) -> tuple[type[Exception], ...]:
-    """PyAV's FFmpeg errors (some derive from Exception only); torchcodec raises RuntimeError/ValueError."""
-    if backend == "pyav":
-        import av
-
-        return (av.error.FFmpegError,)
-    return ()
-
-
-def _assign(frames, targets: FileTargets, cache: torch.Tensor, filled: np.ndarray, tol: float,
-            on_progress: Callable[[int], None]) -> None:
-    """Walk decoded (time, frame-maker) pairs in time order and the sorted targets alongside them."""
     times, p, m = targets.times, 0, len(targets.times)
-    for t, make in frames:
-        while p < m and times[p] < t - tol:  # passed without a frame close enough: stays unfilled
+    frames = _pyav_frames if backend == "pyav" else _torchcodec_frames
+    for t, make in frames(targets.path, height, width):
+        while p < m and times[p] < t - tolerance_s:  # passed without a frame close enough: stays unfilled
             p += 1
         if p >= m:
             break  # the rest of the file serves nobody
         q = p
-        while q < m and abs(times[q] - t) <= tol:
+        while q < m and abs(times[q] - t) <= tolerance_s:
             q += 1
         if q > p:
-            if q == p + 1:
-                cache[int(targets.rows[p])] = make()
-            else:  # several rows show the same frame
-                cache[torch.from_numpy(targets.rows[p:q])] = make()
-            filled[p:q] = True
-            on_progress(q - p)
+            yield p, q, make()  # several rows may show the same frame: made once
             p = q
 
 
@@ -151,9 +118,9 @@ def _pyav_frames(path: Path, height: int, width: int):
             if frame.pts is None:
                 continue
 
-            def make(frame=frame) -> torch.Tensor:
+            def make(frame=frame) -> np.ndarray:
                 rgb = reformatter.reformat(frame, width=width, height=height, format="rgb24", interpolation="AREA")
-                return torch.from_numpy(rgb.to_ndarray()).permute(2, 0, 1)
+                return np.ascontiguousarray(rgb.to_ndarray().transpose(2, 0, 1))
 
             yield float(frame.pts * base), make
 
@@ -166,7 +133,7 @@ def _torchcodec_frames(path: Path, height: int, width: int, batch: int = 256):
     n = decoder.metadata.num_frames
     for start in range(0, n, batch):
         got = decoder.get_frames_in_range(start, min(start + batch, n))
-        data = resize_uint8(got.data, height, width)
+        data = resize_uint8(got.data, height, width).numpy()
         for k, t in enumerate(got.pts_seconds.tolist()):
             yield float(t), (lambda k=k, data=data: data[k])
 
@@ -175,11 +142,14 @@ def resize_uint8(images: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """uint8 [M, C, h, w] -> uint8 [M, C, height, width] (bilinear, antialiased when shrinking)."""
     if images.shape[-2:] == (height, width):
         return images
+    import torch
+    import torch.nn.functional as F
+
     out = F.interpolate(images.float(), size=(height, width), mode="bilinear", antialias=True, align_corners=False)
     return out.round_().clamp_(0, 255).to(torch.uint8)
 
 
-def decode_image_bytes(data: bytes, height: int, width: int) -> torch.Tensor:
+def decode_image_bytes(data: bytes, height: int, width: int) -> np.ndarray:
     """One PNG/JPEG image as stored in a v3 parquet ``image`` column -> uint8 [3, height, width]."""
     from PIL import Image
 
@@ -187,4 +157,4 @@ def decode_image_bytes(data: bytes, height: int, width: int) -> torch.Tensor:
         im = im.convert("RGB")
         if im.size != (width, height):
             im = im.resize((width, height), Image.Resampling.BILINEAR)
-        return torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1)
+        return np.ascontiguousarray(np.asarray(im).transpose(2, 0, 1))
