@@ -136,7 +136,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_yticks(y, [r["case"] for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("seconds per 1,000 frames (PyAV, median)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper right")
     ax.set_title("Video decoding isolated in a child process: its cost", fontsize=9)
     save_figure(fig, path)
 
