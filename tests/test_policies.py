@@ -5,6 +5,7 @@ import sys
 import textwrap
 
 import torch
+from torch import nn
 
 from policies import GaussianPolicy, GaussianPolicyConfig, load_policy
 from policies.gaussian import normal_entropy, normal_log_prob
@@ -118,3 +119,29 @@ def test_orthogonal_init_gains_and_refusal():
     assert float(policy(torch.randn(32, 8)).abs().max()) < 0.2  # a 0.01-gain head: mean actions start near 0
     with pytest.raises(ValueError, match="unknown init"):
         mlp(8, [16], 3, init="xavier")
+
+
+def test_elu_mlp_backward_makes_no_subnormal_gradients():
+    """Units far below 0 (x < -87, as in a trained network) give the out-of-place ELU's backward subnormal gradients
+    (exp(x)), which slow CPU matrix products up to 150x (benchmarks/results/subnormal.json); ours reads its output
+    instead, whose gradient there is exactly 0. Forward values are the same."""
+    from policies.mlp import mlp
+
+    net = mlp(3, [8], 1, "elu")
+    ref = nn.Sequential(nn.Linear(3, 8), nn.ELU(), nn.Linear(8, 1))
+    with torch.no_grad():
+        net[0].weight.zero_()
+        net[0].bias.copy_(torch.cat([torch.linspace(-100.0, -88.0, 7), torch.tensor([2.0])]))  # seven units at exp(x) < 1.2e-38
+    ref.load_state_dict(net.state_dict())
+    x = torch.randn(5, 3)
+    assert torch.equal(net(x), ref(x))
+    tiny = torch.finfo(torch.float32).tiny
+
+    def subnormal(model: nn.Module) -> int:
+        model.zero_grad()
+        model(x).sum().backward()
+        return sum(int(((p.grad != 0) & (p.grad.abs() < tiny)).sum()) for p in model.parameters())
+
+    assert subnormal(ref) > 0  # the case is real: torch's own ELU makes them
+    assert subnormal(net) == 0
+    assert net[0].bias.grad[:7].eq(0).all() and net[0].bias.grad[7] != 0
