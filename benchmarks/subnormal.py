@@ -22,6 +22,7 @@ This runs, one at a time:
 
     python benchmarks/subnormal.py                 # ~20 min on 2 cores
     python benchmarks/subnormal.py --train-steps 500000 --rounds 1 --ab-steps 100000 --out /tmp/res   # a smoke run
+    python benchmarks/subnormal.py --replot         # redraw the PNG from the committed JSON
 
 Writes ``benchmarks/results/subnormal.json`` + ``subnormal.png``.
 """
@@ -40,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import robot_rl_command, save_figure, write_result
+from benchmarks.common import RESULTS, robot_rl_command, save_figure, write_result
 
 NAME = "subnormal"
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,7 +138,12 @@ def main() -> None:
     ap.add_argument("--ab-steps", type=int, default=300_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--replot", action="store_true", help="redraw the PNG from the JSON in --out, run nothing")
     args = ap.parse_args()
+    if args.replot:
+        path = (args.out or RESULTS) / f"{NAME}.json"
+        plot(json.loads(path.read_text()), path.with_suffix(".png"))
+        return
     work = Path(tempfile.mkdtemp(prefix="subnormal_"))
     variants = ("out_of_place", "in_place")
 
@@ -221,7 +227,7 @@ def plot(data: dict, path: Path) -> None:
         ax1.hlines(statistics.median(vals), i - 0.3, i + 0.3, color="k")
     ax1.set_xticks(range(len(keys)), [k.replace("_", "\n", 1).replace("_", " ") for k in keys], fontsize=8)
     ax1.set_ylabel("µs per env step outside env.step")
-    ax1.set_title("PPO so101_reach: trained vs fresh network, ELU out of place vs in place", fontsize=9)
+    ax1.set_title("PPO so101_reach: ELU out of place (before) vs in place (now)", fontsize=9)
     save_figure(fig, path)
 
 
