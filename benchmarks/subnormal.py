@@ -5,7 +5,7 @@ env steps/s over 2 M env steps, the time outside the simulator growing by 20-25 
 converged. Resumed from its 2 M-step checkpoint, its update ran slower than a fresh run's. Counting the float32 outputs
 of every torch op in one iteration: ~39 k subnormal values (below 1.2e-38), all from ``elu_backward``. An ELU's
 backward computes grad·exp(x) from its input; a trained network has units far enough below 0 (x < -87) that exp(x)
-is subnormal, and those gradients then go through the next layers' matrix products, which run up to 150x slower on
+is subnormal, and those gradients then go through the next layers' matrix products, which run 100-200x slower on
 subnormal inputs. ``torch.set_flush_denormal(True)`` does not fix it at 2 threads: it sets the calling thread's
 flags only, not those of torch's OpenMP workers (measured here on a bare matrix product).
 

@@ -38,7 +38,7 @@ def mlp(in_dim: int, hidden_dims: list[int] | tuple[int, ...], out_dim: int, act
         # ELU in place: its backward then reads the output, grad·(y + 1), which is exactly 0 once y rounds to -1
         # (x < -17), where the out-of-place ELU's reads the input, grad·exp(x), subnormal for x < -87. A trained
         # ELU network has units that far below 0: their subnormal gradients then went through the next layers'
-        # matrix products, which run up to 150x slower on subnormal floats on the CPU (their OpenMP threads ignore
+        # matrix products, which run 100-200x slower on subnormal floats on the CPU (their OpenMP threads ignore
         # torch.set_flush_denormal). Same forward values; see benchmarks/results/subnormal.json.
         layers += [nn.Linear(a, b), act_cls(inplace=True) if act_cls is nn.ELU else act_cls()]
     layers.append(nn.Linear(dims[-1], out_dim))

@@ -5,7 +5,8 @@ of each file whose path contains ``match``.
     python tests/_faulty_decoder.py <fault> <after> <match> <memory cap in bytes>
 
 fault: "segv" (the process kills itself with SIGSEGV, as a crashing decoder would), "hang" (sleeps), "alloc"
-(allocates 3 GiB, over the default 2 GiB cap), "exit" (exits with status 3).
+(allocates 3 GiB, over the default 2 GiB cap), "exit" (exits with status 3), "chatter" (no fault: from then on,
+prints to stdout through Python and through the file descriptor before every frame, as a noisy library would).
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from robot_rl.data.video_decode import matched_frames
 def faulty_frames(fault: str, after: int, match: str):
     def frames(backend, targets, height, width, tolerance_s):
         for n, item in enumerate(matched_frames(backend, targets, height, width, tolerance_s)):
-            if n == after and match in str(targets.path):
-                sys.stdout.flush()
+            if fault == "chatter" and n >= after and match in str(targets.path):
+                print("decoder says hello", flush=True)
+                os.write(1, b"and FFmpeg too\n")
+            elif n == after and match in str(targets.path):
                 if fault == "segv":
                     os.kill(os.getpid(), signal.SIGSEGV)
                 elif fault == "hang":

@@ -93,6 +93,17 @@ def test_a_decoder_fault_is_a_decode_error_and_the_next_file_decodes(videos, fau
     decoder.close()
 
 
+def test_a_decoder_printing_to_stdout_does_not_garble_the_frames(videos):
+    _, bad = videos
+    decoder, t = faulty("chatter", after=3), targets(bad)
+    truth, cache = np.zeros((N, 3, SIZE, SIZE), np.uint8), np.zeros((N, 3, SIZE, SIZE), np.uint8)
+    for p, q, frame in matched_frames("pyav", t, SIZE, SIZE, 0.25 / FPS):
+        truth[t.rows[p:q]] = frame
+    decoder.decode("pyav", t, cache, 0.25 / FPS)
+    decoder.close()
+    assert np.array_equal(cache, truth)
+
+
 def test_a_hung_decoder_is_killed_after_the_stall_limit(videos):
     _, bad = videos
     decoder = faulty("hang", stall_s=1.0)

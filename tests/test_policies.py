@@ -123,7 +123,7 @@ def test_orthogonal_init_gains_and_refusal():
 
 def test_elu_mlp_backward_makes_no_subnormal_gradients():
     """Units far below 0 (x < -87, as in a trained network) give the out-of-place ELU's backward subnormal gradients
-    (exp(x)), which slow CPU matrix products up to 150x (benchmarks/results/subnormal.json); ours reads its output
+    (exp(x)), which slow CPU matrix products 100-200x (benchmarks/results/subnormal.json); ours reads its output
     instead, whose gradient there is exactly 0. Forward values are the same."""
     from policies.mlp import mlp
 

@@ -104,8 +104,10 @@ class DecoderProcess:
         return f"video file {targets.path} {what} at {targets.times[j]:.3f} s (episode {int(targets.episodes[j])})"
 
     def _start(self) -> subprocess.Popen:
-        if self.proc is not None and self.owner == os.getpid() and self.proc.poll() is None:
-            return self.proc
+        if self.proc is not None and self.owner == os.getpid():
+            if self.proc.poll() is None:
+                return self.proc
+            self._stop()  # it died between files: reap it and close its pipes
         self.proc, self.owner = None, os.getpid()  # a forked copy never shares its parent's child
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child; closed in _stop
         env = dict(os.environ)
@@ -191,7 +193,8 @@ def child_main(argv: Sequence[str], frames: Callable = matched_frames) -> None:
 
     limit = int(argv[-1])
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-    out = sys.stdout.buffer
+    out = os.fdopen(os.dup(1), "wb")  # the protocol's channel; anything else printed (Python or FFmpeg) goes to stderr
+    os.dup2(2, 1)
     for line in sys.stdin.buffer:
         req = json.loads(line)
         times = np.asarray(req["times"], dtype=np.float64)
@@ -200,6 +203,7 @@ def child_main(argv: Sequence[str], frames: Callable = matched_frames) -> None:
             for p, q, frame in frames(req["backend"], targets, req["height"], req["width"], req["tolerance_s"]):
                 out.write(_HEADER.pack(FRAME, p, q))
                 out.write(frame.tobytes())
+                out.flush()  # each frame leaves at once: a crash loses none already decoded
             out.write(_HEADER.pack(DONE, 0, 0))
         except MemoryError:
             _error(out, f"MemoryError: decoding needed more than the {limit / 2**30:g} GiB cap")
