@@ -1,4 +1,4 @@
-"""Soak (RELIABILITY D4, nightly: ``pytest -m slow tests/sim/test_soak.py``, ~17 min on 2 cores): long runs must
+"""Soak (RELIABILITY D4, nightly: ``pytest -m slow tests/sim/test_soak.py``, ~20 min on 2 cores): long runs must
 not leak memory or file descriptors, nor slow down.
 
 - The CPU simulator stepped 10 M env steps under uniform random actions (5 M so101_lift at N = 1024, whose episodes
