@@ -104,6 +104,27 @@ def test_a_decoder_printing_to_stdout_does_not_garble_the_frames(videos):
     assert np.array_equal(cache, truth)
 
 
+def test_a_decode_interrupted_midway_leaves_the_next_one_exact(videos):
+    good, _ = videos
+    t, decoder = targets(good), DecoderProcess()
+    truth, cache = np.zeros((N, 3, SIZE, SIZE), np.uint8), np.zeros((N, 3, SIZE, SIZE), np.uint8)
+    for p, q, frame in matched_frames("pyav", t, SIZE, SIZE, 0.25 / FPS):
+        truth[t.rows[p:q]] = frame
+    seen = []
+
+    def interrupt(n: int) -> None:  # Ctrl-C during the 5th frame
+        seen.append(n)
+        if len(seen) == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        decoder.decode("pyav", t, cache, 0.25 / FPS, on_progress=interrupt)
+    cache[:] = 0
+    decoder.decode("pyav", t, cache, 0.25 / FPS)  # not the rest of the interrupted answer
+    decoder.close()
+    assert np.array_equal(cache, truth)
+
+
 def test_a_hung_decoder_is_killed_after_the_stall_limit(videos):
     _, bad = videos
     decoder = faulty("hang", stall_s=1.0)

@@ -94,6 +94,11 @@ class DecoderProcess:
                 self._stop()
                 raise DecodeError(self._where(targets, filled, "cannot be decoded") + f": the decoder process {e}"
                                   ) from None
+            except DecodeError:  # the child reported its decoder's error and waits for the next file
+                raise
+            except BaseException:  # Ctrl-C or a failing progress callback mid-file: the rest of this file's
+                self._stop()  # answer is still in the pipe, so the next file gets a fresh child
+                raise
         if not filled.all():
             raise DecodeError(self._where(targets, filled, "has no frame")
                               + f"; {int((~filled).sum())} frames missing: is the file truncated?")
