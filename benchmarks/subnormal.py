@@ -47,28 +47,28 @@ NAME = "subnormal"
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ["train", "task=so101_reach", "algo=ppo", "eval.enabled=false", "logger.progress=false"]
 
-# A child that runs the robot-rl CLI with the ELU built out of place (the code before the fix), when asked to.
-CHILD = r"""
+# The start of every child: robot_rl before torch (the OpenMP spin, as robot-rl itself), and with argv[1] ==
+# "out_of_place" the ELU built out of place (the code before the fix).
+PREFIX = r"""
 import sys
-import robot_rl  # noqa: F401  (before torch: the OpenMP spin, as robot-rl itself)
+import robot_rl  # noqa: F401
 from torch import nn
 if sys.argv[1] == "out_of_place":
     init = nn.ELU.__init__
     nn.ELU.__init__ = lambda self, alpha=1.0, inplace=False: init(self, alpha, False)
+"""
+
+# The robot-rl CLI.
+CHILD = PREFIX + r"""
 from robot_rl.cli.main import main
 sys.exit(main(sys.argv[2:]))
 """
 
 # One iteration of a (resumed) run, counting the subnormal float32 outputs of each aten op.
-COUNT = r"""
-import sys, collections, json
-import robot_rl  # noqa: F401
+COUNT = PREFIX + r"""
+import collections, json
 import torch
-from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-if sys.argv[1] == "out_of_place":
-    init = nn.ELU.__init__
-    nn.ELU.__init__ = lambda self, alpha=1.0, inplace=False: init(self, alpha, False)
 from robot_rl.cli.build import build_training, compose
 tiny = torch.finfo(torch.float32).tiny
 class Count(TorchDispatchMode):

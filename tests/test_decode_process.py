@@ -53,6 +53,14 @@ def targets(path: Path) -> FileTargets:
     return FileTargets(path, np.arange(N) / FPS, np.arange(N)[::-1].copy(), (np.arange(N) >= 10).astype(np.int64))
 
 
+def in_process(t: FileTargets, size: int = SIZE) -> np.ndarray:
+    """The frames of ``t`` decoded in this process, at their rows: the ground truth."""
+    truth = np.zeros((N, 3, size, size), np.uint8)
+    for p, q, frame in matched_frames("pyav", t, size, size, 0.25 / FPS):
+        truth[t.rows[p:q]] = frame
+    return truth
+
+
 def faulty(fault: str, after: int = 15, match: str = "bad.mp4", **kw) -> DecoderProcess:
     """The fake child: faults after ``after`` frames of each file whose path contains ``match``."""
     return DecoderProcess([sys.executable, str(FAULTY), fault, str(after), match], **kw)
@@ -61,9 +69,7 @@ def faulty(fault: str, after: int = 15, match: str = "bad.mp4", **kw) -> Decoder
 def test_the_child_delivers_the_frames_of_in_process_decoding(videos):
     good, _ = videos
     t = targets(good)
-    truth = np.zeros((N, 3, 16, 16), np.uint8)
-    for p, q, frame in matched_frames("pyav", t, 16, 16, 0.25 / FPS):
-        truth[t.rows[p:q]] = frame
+    truth = in_process(t, 16)
     decoder = DecoderProcess()
     cache, counted = np.zeros_like(truth), []
     decoder.decode("pyav", t, cache, 0.25 / FPS, on_progress=counted.append)
@@ -96,9 +102,7 @@ def test_a_decoder_fault_is_a_decode_error_and_the_next_file_decodes(videos, fau
 def test_a_decoder_printing_to_stdout_does_not_garble_the_frames(videos):
     _, bad = videos
     decoder, t = faulty("chatter", after=3), targets(bad)
-    truth, cache = np.zeros((N, 3, SIZE, SIZE), np.uint8), np.zeros((N, 3, SIZE, SIZE), np.uint8)
-    for p, q, frame in matched_frames("pyav", t, SIZE, SIZE, 0.25 / FPS):
-        truth[t.rows[p:q]] = frame
+    truth, cache = in_process(t), np.zeros((N, 3, SIZE, SIZE), np.uint8)
     decoder.decode("pyav", t, cache, 0.25 / FPS)
     decoder.close()
     assert np.array_equal(cache, truth)
@@ -107,9 +111,7 @@ def test_a_decoder_printing_to_stdout_does_not_garble_the_frames(videos):
 def test_a_decode_interrupted_midway_leaves_the_next_one_exact(videos):
     good, _ = videos
     t, decoder = targets(good), DecoderProcess()
-    truth, cache = np.zeros((N, 3, SIZE, SIZE), np.uint8), np.zeros((N, 3, SIZE, SIZE), np.uint8)
-    for p, q, frame in matched_frames("pyav", t, SIZE, SIZE, 0.25 / FPS):
-        truth[t.rows[p:q]] = frame
+    truth, cache = in_process(t), np.zeros((N, 3, SIZE, SIZE), np.uint8)
     seen = []
 
     def interrupt(n: int) -> None:  # Ctrl-C during the 5th frame
