@@ -205,3 +205,29 @@ def test_home_keyframe_is_at_rest(scene: mujoco.MjModel) -> None:
     for contact in data.contact[: data.ncon]:
         bodies = {scene.geom_bodyid[contact.geom1], scene.geom_bodyid[contact.geom2]}
         assert not bodies <= arm_bodies, "self-collision at home"
+
+
+def test_reach_drops_the_scene_cube_and_the_arm_moves_the_same() -> None:
+    """so101_reach simulates no cube by default (it never reads one); with or without it, the same seed and actions
+    give the same arm (float rounding apart: the cube only joined the constraint solve)."""
+    import torch
+
+    from sim.config import SimConfig
+    from sim.registry import make_env
+    from sim.tasks.so101_reach import ReachConfig
+
+    scene = mujoco.MjModel.from_xml_path(str(ASSETS / "so101_scene.xml"))
+    envs = [make_env("so101_reach", SimConfig(num_envs=8, seed=0), cfg) for cfg in (ReachConfig(),
+                                                                                  ReachConfig(scene_cube=True))]
+    bare, with_cube = (e.physics.model for e in envs)
+    assert mujoco.mj_name2id(bare, mujoco.mjtObj.mjOBJ_BODY, "cube") == -1 and bare.nq == 6
+    assert mujoco.mj_name2id(with_cube, mujoco.mjtObj.mjOBJ_BODY, "cube") >= 0 and with_cube.nq == scene.nq
+    np.testing.assert_array_equal(bare.key_qpos[0], scene.key_qpos[0, :6])  # the home pose survives the removal
+    obs = [e.reset(seed=3)[0]["policy"] for e in envs]
+    g = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        action = torch.rand(8, 6, generator=g) * 2 - 1
+        obs = [e.step(action)[0]["policy"] for e in envs]
+        torch.testing.assert_close(obs[0], obs[1], rtol=0, atol=1e-5)
+    for e in envs:
+        e.close()
