@@ -57,7 +57,7 @@ import matplotlib.pyplot as plt
 
 THREADS, TARGET, WINDOW = 2, 0.9, 200
 BUDGET_MIN = {"so101_reach": 8.0, "so101_lift": 60.0}  # per library per seed (a cap: runs stop at 90%)
-NUM_ENVS = {"so101_reach": 64, "so101_lift": 256}  # lift: the README's recipe (90 % at 0.84-1.59 M env steps)
+NUM_ENVS = {"so101_reach": 64, "so101_lift": 256}  # lift: the README's recipe (90 % at 0.86-1.87 M env steps, 3 of 5 seeds)
 # sb3_gym: SB3 through gymnasium.make envs (run_sb3). sb3_update_threads: SB3 on our batched env with ours' thread split
 # (every core for torch while it trains, one while it collects; a callback), to tell that split from the rest.
 METHODS = ("ours", "sb3", "sb3_gym", "sb3_update_threads")
