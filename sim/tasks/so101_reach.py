@@ -24,9 +24,9 @@ class ReachConfig(common.ArmTaskConfig):
     target_high: list[float] = field(default_factory=lambda: [0.32, 0.22, 0.28])  # m
     success_threshold: float = 0.02  # m, tool-to-target distance that counts as reached
     # The shared table scene holds a cube that reach never reads. Simulating it (a free body resting on the table
-    # through 4 elliptic-cone contacts) made each physics step 1.4x the arm's alone: 15-16 vs 11 us on this machine
-    # kind, one MjData, the arm moving. Off, the scene has the arm, the table and the target only; on, the cube stays
-    # as a visual distractor (benchmarks/vla_bc.py's reach data were recorded with it).
+    # through 4 elliptic-cone contacts) made each physics step 1.4x the arm's alone: 15.2-15.7 vs 10.8-10.9 us on this
+    # machine kind, one MjData, the arm moving (main_job.json, scene_cube_ab_2026_12_05). Off, the scene has the arm, the
+    # table and the target only; on, the cube stays as a visual distractor (vla_bc.py's reach data were recorded with it).
     scene_cube: bool = False
     reward_weights: dict[str, float] = field(
         default_factory=lambda: {"distance": 1.0, "near": 0.0, "success": 10.0, "action_rate": 0.01}
