@@ -20,6 +20,7 @@ JOINT_NAMES: tuple[str, ...] = ("shoulder_pan", "shoulder_lift", "elbow_flex", "
 ARM_JOINTS = JOINT_NAMES[:5]
 GRIPPER = "gripper"
 LEROBOT_STATE_NAMES = tuple(f"{j}.pos" for j in JOINT_NAMES)  # LeRobot observation.state / action feature names
+ACTION_MODES = ("delta", "absolute", "delta_absolute_gripper")  # see SO101Arm
 
 
 def deg_to_rad(x: torch.Tensor) -> torch.Tensor:
@@ -38,12 +39,18 @@ class SO101Arm:
     Actions are relative joint-position targets: ``target = clip(qpos + a * max_delta, ctrlrange)`` with ``a`` in
     [-1, 1]. Relative to the measured position (not the previous target), so a blocked joint never winds up a
     large error, and the per-step change is capped like the real arm's safety filter (RELIABILITY.md A2).
+
+    ``action_mode`` (``ACTION_MODES``): "delta" as above; "absolute" maps ``a`` onto each joint's range;
+    "delta_absolute_gripper" moves the five arm joints by deltas and maps the gripper's ``a`` onto its range, the
+    target then capped to ``max_delta_gripper`` from the measured opening (the jaw closes no faster than in "delta").
+    With deltas, a policy's exploration noise random-walks the jaw, which then sits at a limit; with an absolute
+    gripper the noise scatters around an opening the policy's mean chooses.
     """
 
     def __init__(self, model: mujoco.MjModel, device: torch.device, max_delta: float, max_delta_gripper: float,
                  action_mode: str = "delta") -> None:
-        if action_mode not in ("delta", "absolute"):
-            raise ValueError(f"action_mode must be 'delta' or 'absolute', got {action_mode!r}")
+        if action_mode not in ACTION_MODES:
+            raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {action_mode!r}")
         self.action_mode = action_mode
         jids = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n) for n in JOINT_NAMES]
         aids = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_ACTUATOR, n) for n in JOINT_NAMES]
@@ -73,8 +80,13 @@ class SO101Arm:
         """[N, 6] action in [-1, 1] -> the full ctrl vector [N, nu] with the arm's targets written in."""
         if self.action_mode == "delta":
             target = self.qpos(qpos) + action * self.max_delta
-        else:
+        elif self.action_mode == "absolute":
             target = self.low + (action + 1.0) * 0.5 * (self.high - self.low)
+        else:
+            q = self.qpos(qpos)
+            target = q + action * self.max_delta
+            grip = self.low[5] + (action[:, 5] + 1.0) * 0.5 * (self.high[5] - self.low[5])
+            target[:, 5] = torch.minimum(torch.maximum(grip, q[:, 5] - self.max_delta[5]), q[:, 5] + self.max_delta[5])
         target = torch.maximum(torch.minimum(target, self.high), self.low)
         if self._owns_ctrl:
             return target.to(ctrl.dtype)
@@ -85,8 +97,12 @@ class SO101Arm:
     def ctrl_to_action(self, joint_pos: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Inverse of ``action_to_ctrl``: joint targets [N, 6] (rad) from measured joint positions [N, 6] (rad)
         -> actions [N, 6] clipped to [-1, 1] (what a teleoperator's joint targets become; the scripted experts)."""
+        delta = (target - joint_pos) / self.max_delta
+        absolute = 2.0 * (target - self.low) / (self.high - self.low) - 1.0
         if self.action_mode == "delta":
-            a = (target - joint_pos) / self.max_delta
+            a = delta
+        elif self.action_mode == "absolute":
+            a = absolute
         else:
-            a = 2.0 * (target - self.low) / (self.high - self.low) - 1.0
+            a = torch.cat([delta[:, :5], absolute[:, 5:]], dim=1)
         return a.clamp(-1.0, 1.0)

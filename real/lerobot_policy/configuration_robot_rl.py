@@ -16,8 +16,9 @@ from lerobot.configs.types import FeatureType
 from lerobot.optim.optimizers import AdamWConfig
 from lerobot.utils.constants import ACTION, OBS_STATE
 
+from sim.so101 import ACTION_MODES
+
 GRIPPER_UNITS = ("degrees", "percent")
-ACTION_MODES = ("delta", "absolute")
 
 
 @PreTrainedConfig.register_subclass("robot_rl")

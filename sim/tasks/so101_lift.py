@@ -29,8 +29,9 @@ class LiftConfig(common.ArmTaskConfig):
     # can sit for millions of env steps with the gripper wide open beside the cube, since a partial close pushes the
     # cube away and only both pads at once earned anything (ppo_vs_sb3.json -> lift_seed_fragility_2026_12_05).
     reward_weights: dict[str, float] = field(
-        default_factory=lambda: {"reach": 2.0, "grasp": 0.5, "lift": 2.0, "success": 20.0, "pads": 0.0}
+        default_factory=lambda: {"reach": 2.0, "grasp": 0.5, "lift": 2.0, "success": 20.0, "pads": 0.0, "near": 0.0}
     )
+    near_scale: float = 0.05  # m, the distance scale of the "near" term, exp(-d / near_scale) - 1
 
 
 # The observation, part by part (positions in m, world frame; 0.1 * joint velocities in rad/s; the cube's quaternion
@@ -43,7 +44,7 @@ CRITIC_PARTS = (*POLICY_PARTS, ("cube_linvel", 3))
 class LiftTask(common.ArmTask):
     name = "so101_lift"
     instruction = "Pick up the red cube and lift it."
-    reward_term_names = ("reach", "grasp", "lift", "success", "pads")
+    reward_term_names = ("reach", "grasp", "lift", "success", "pads", "near")
     cfg: LiftConfig
 
     def build_spec(self) -> mujoco.MjSpec:
@@ -105,6 +106,7 @@ class LiftTask(common.ArmTask):
             "lift": -(self.cfg.lift_height - h).clamp(0.0, self.cfg.lift_height) / self.cfg.lift_height,
             "success": self.success(state).float(),
             "pads": self._pads(state).float().mean(dim=1) - 1.0,  # -1 neither pad on the cube, -0.5 one, 0 both
+            "near": torch.exp(-d / self.cfg.near_scale) - 1.0,  # a pull that steepens within a few cm, <= 0
         }
 
     def success(self, state: SimState) -> torch.Tensor:

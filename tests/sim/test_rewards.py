@@ -73,7 +73,7 @@ def test_so101_reach_terms_by_hand():
 def test_so101_lift_terms_by_hand():
     """reach = -|cube - grasp site|, grasp = both pads touching - 1, lift = -clamp(0.05 - h, 0, 0.05) / 0.05 with h
     the cube's height above its resting height; success = lifted 5 cm and held; pads = the share of the two pads
-    touching - 1; terminated = fell off the table."""
+    touching - 1; near = exp(-|cube - grasp site| / 0.05) - 1; terminated = fell off the table."""
     env = _env("so101_lift", 5)
     task, state = env.task, env.physics.state
     cube = _place_cube(env, [[0.20, 0.00, CUBE_HALF],  # on the table, not held
@@ -90,6 +90,7 @@ def test_so101_lift_terms_by_hand():
         "lift": [-1.0, -0.6, 0.0, 0.0, -1.0],
         "success": [0.0, 0.0, 1.0, 0.0, 0.0],
         "pads": [-1.0, 0.0, 0.0, -0.5, -1.0],
+        "near": [math.exp(r / 0.05) - 1.0 for r in reach.tolist()],
     })
     assert task.terminated(state).tolist() == [False, False, False, False, True]
 
