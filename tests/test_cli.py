@@ -173,13 +173,19 @@ def test_a_task_recipe_overrides_the_algorithm_defaults_and_the_command_line_ove
     assert compose("train", ["task=so101_lift"]).algo.use_clipped_value_loss is False
     assert compose("train", ["task=so101_reach"]).algo.use_clipped_value_loss is False
     assert compose("train", ["task=so101_reach"]).algo.schedule == "fixed"
-    assert compose("train", ["task=so101_lift"]).algo.schedule == "adaptive"  # rsl_rl's default
+    assert compose("train", ["task=so101_lift"]).algo.schedule == "fixed"
+    assert compose("train", ["task=humanoid_walk"]).algo.schedule == "adaptive"  # rsl_rl's default
     assert compose("train", ["task=humanoid_walk"]).algo.use_clipped_value_loss is True  # rsl_rl's default
     assert compose("train", ["task=so101_lift", "algo.use_clipped_value_loss=true"]).algo.use_clipped_value_loss
     # PPO's lift recipe shapes the reward with the pads' contacts; the task itself, and FlashSAC's lift, do not
     assert compose("train", ["task=so101_lift"]).task.reward_weights.pads == 0.5
     assert compose("train", ["task=so101_lift", "algo=flashsac"]).task.reward_weights.pads == 0.0
     assert compose("train", ["task=so101_lift", "task.reward_weights.pads=0"]).task.reward_weights.pads == 0.0
+    # ... and PPO's lift gives the gripper an opening as its action and pulls harder near the cube; FlashSAC's does not
+    lift = compose("train", ["task=so101_lift"]).task
+    assert (lift.action_mode, lift.reward_weights.near) == ("delta_absolute_gripper", 1.0)
+    lift = compose("train", ["task=so101_lift", "algo=flashsac"]).task
+    assert (lift.action_mode, lift.reward_weights.near) == ("delta", 0.0)
     # FlashSAC's recipe runs torch on 2 threads (flashsac_threads.json); PPO collects on 1; the command line wins
     assert compose("train", ["algo=flashsac"]).torch_threads == 2
     assert compose("train", ["algo=ppo"]).torch_threads == 1

@@ -7,12 +7,13 @@ from policies import keys
 from sim.config import SimConfig
 from sim.experts import make_expert
 from sim.registry import make_env
+from sim.tasks.so101_lift import LiftConfig
 
 
-def first_episode_successes(task: str, num_envs: int = 100, seed: int = 0) -> torch.Tensor:
+def first_episode_successes(task: str, num_envs: int = 100, seed: int = 0, task_cfg=None) -> torch.Tensor:
     """bool [num_envs]: whether each env's first episode after ``reset(seed)`` succeeded. Exactly one episode per
     env, so short (successful) episodes count no more often than long ones."""
-    env = make_env(task, SimConfig(num_envs=num_envs, num_threads=2, seed=seed))
+    env = make_env(task, SimConfig(num_envs=num_envs, num_threads=2, seed=seed), task_cfg)
     expert = make_expert(env)
     obs, _ = env.reset(seed=seed)
     expert.reset()
@@ -37,6 +38,13 @@ def first_episode_successes(task: str, num_envs: int = 100, seed: int = 0) -> to
 def test_expert_success_rate(task):
     wins = int(first_episode_successes(task).sum())
     assert wins >= 99, f"{task} expert succeeded in {wins} of 100 episodes"
+
+
+def test_lift_expert_with_the_gripper_as_an_opening():
+    """PPO's lift recipe maps the gripper's action onto its opening (``delta_absolute_gripper``); the expert's joint
+    targets go through the same mapping's inverse and still lift the cube."""
+    wins = int(first_episode_successes("so101_lift", task_cfg=LiftConfig(action_mode="delta_absolute_gripper")).sum())
+    assert wins >= 99, f"so101_lift expert succeeded in {wins} of 100 episodes with delta_absolute_gripper"
 
 
 def test_random_actions_rarely_succeed():
