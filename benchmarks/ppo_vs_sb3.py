@@ -56,10 +56,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 THREADS, TARGET, WINDOW = 2, 0.9, 200
-# Per library per seed (a cap: runs stop at 90%). Lift's 12 min is the budget its recorded runs had (720 s); a seed on
-# lift's open-gripper plateau may stay there long past it (seed 1 once sat there for 7.9 M env steps, 20 min).
+# Per library per seed (a cap: runs stop at 90%). Lift's 12 min is the budget its recorded runs had (720 s); before
+# the recipe gave the gripper an opening, a seed on lift's open-gripper plateau could stay there far past it (seed 1
+# once sat there for 7.9 M env steps, 20 min).
 BUDGET_MIN = {"so101_reach": 8.0, "so101_lift": 12.0}
-NUM_ENVS = {"so101_reach": 64, "so101_lift": 256}  # lift: the README's recipe (90 % at 0.86-1.87 M env steps, 3 of 5 seeds)
+NUM_ENVS = {"so101_reach": 64, "so101_lift": 256}  # lift: the README's recipe (90 % at 0.65-1.55 M env steps, 5 of 5 seeds)
 # sb3_gym: SB3 through gymnasium.make envs (run_sb3). sb3_update_threads: SB3 on our batched env with ours' thread split
 # (every core for torch while it trains, one while it collects; a callback), to tell that split from the rest.
 METHODS = ("ours", "sb3", "sb3_gym", "sb3_update_threads")
