@@ -28,6 +28,8 @@ class LiftConfig(common.ArmTaskConfig):
     # measured without it). PPO's lift recipe turns it on (configs/algo_task/ppo_so101_lift.yaml): without it PPO
     # can sit for millions of env steps with the gripper wide open beside the cube, since a partial close pushes the
     # cube away and only both pads at once earned anything (ppo_vs_sb3.json -> lift_seed_fragility_2026_12_05).
+    # near: a pull that steepens within a few cm of the cube, off by default for the same reason; PPO's recipe turns
+    # it on with the gripper's action as an opening (lift_gripper_opening_2026_12_05).
     reward_weights: dict[str, float] = field(
         default_factory=lambda: {"reach": 2.0, "grasp": 0.5, "lift": 2.0, "success": 20.0, "pads": 0.0, "near": 0.0}
     )

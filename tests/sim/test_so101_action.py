@@ -37,11 +37,11 @@ def test_delta_moves_each_joint_by_its_step(model: mujoco.MjModel) -> None:
 
 def test_delta_absolute_gripper_maps_the_gripper_onto_its_range_within_a_step(model: mujoco.MjModel) -> None:
     """Arm joints as in "delta"; the gripper's a = -0.9 asks for low + 0.05 * (high - low), far below 1.6, so the
-    target is capped one step (0.15 rad) closed from the measured 1.6; a = 0 asks for the middle of the range, within
-    a step of nothing here (0.4 measured), so it is capped at 0.55."""
+    target is capped one step (0.15 rad) closed from the measured 1.6; a = 0 asks for the middle of the range, more
+    than a step above the measured 0.4, so it is capped one step open, at 0.55."""
     arm = _arm(model, "delta_absolute_gripper")
     low, high = float(arm.low[5]), float(arm.high[5])
-    assert low < 0.0 and high > 1.6  # the caps below bind only with this range
+    assert low + 0.05 * (high - low) < 1.45 and (low + high) / 2 > 0.55  # the caps below bind with this range
     got = _targets(arm, Q, A)
     want = [[0.18, -0.24, 0.32, 0.0, 0.42, 1.6 - 0.15], [0.0, 0.0, 0.0, 0.0, 0.0, 0.4 + 0.15]]
     torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), atol=1e-6, rtol=0)
