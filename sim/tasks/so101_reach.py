@@ -23,6 +23,12 @@ class ReachConfig(common.ArmTaskConfig):
     target_low: list[float] = field(default_factory=lambda: [0.10, -0.22, 0.03])  # m
     target_high: list[float] = field(default_factory=lambda: [0.32, 0.22, 0.28])  # m
     success_threshold: float = 0.02  # m, tool-to-target distance that counts as reached
+    # Targets the arm cannot reach are drawn again. The tool frame cannot fold closer than ~0.13 m to the base's
+    # vertical axis between 4 and 21 cm up (shoulder_lift stops at -1.745 rad): damped-least-squares IK from 4 starts
+    # left 1.3 % of the box's targets > 2 cm away, all of them inside this cylinder; the scripted expert and a trained
+    # PPO policy stalled 2.9-3.2 cm from one (2026-12-06). Excluded: 2.6 % of the box. unreachable_radius 0 draws the box.
+    unreachable_radius: float = 0.13  # m, from the base's z axis
+    unreachable_z: list[float] = field(default_factory=lambda: [0.04, 0.21])  # m, the cylinder's bottom and top
     # The shared table scene holds a cube that reach never reads. Simulating it (a free body resting on the table
     # through 4 elliptic-cone contacts) made each physics step 1.4x the arm's alone: 15.2-15.7 vs 10.8-10.9 us on this
     # machine kind, one MjData, the arm moving (main_job.json, scene_cube_ab_2026_12_05). Off, the scene has the arm, the
@@ -66,12 +72,30 @@ class ReachTask(common.ArmTask):
 
     def reset(self, state: SimState, env_ids: torch.Tensor, gen: torch.Generator) -> None:
         common.reset_arm(state, self.arm, self.home, env_ids, gen, self.cfg.init_joint_noise)
-        n = len(env_ids)
-        u = torch.rand(n, 3, generator=gen).to(self.target.device)
-        self.target[env_ids] = self.low + u * (self.high - self.low)
+        self.target[env_ids] = self._draw_targets(len(env_ids), gen)
         state.mocap_pos[env_ids, self.target_mocap] = self.target[env_ids].to(state.mocap_pos.dtype)
         self.last_action[env_ids] = 0.0
         self.prev_action[env_ids] = 0.0
+
+    def _draw_targets(self, n: int, gen: torch.Generator) -> torch.Tensor:
+        """[n, 3] targets uniform over the box less the unreachable cylinder (rejected ones drawn again)."""
+        target = torch.empty(n, 3, device=self.target.device)
+        todo = torch.arange(n, device=self.target.device)
+        for _ in range(1000):
+            u = torch.rand(len(todo), 3, generator=gen).to(self.target.device)
+            target[todo] = self.low + u * (self.high - self.low)
+            todo = todo[self.unreachable(target[todo])]
+            if len(todo) == 0:
+                return target
+        raise ValueError(f"so101_reach: 1000 draws from target_low {self.cfg.target_low} / target_high "
+                         f"{self.cfg.target_high} found no target outside the unreachable cylinder (unreachable_radius "
+                         f"{self.cfg.unreachable_radius} m, unreachable_z {self.cfg.unreachable_z} m)")
+
+    def unreachable(self, target: torch.Tensor) -> torch.Tensor:
+        """bool [N]: targets [N, 3] in the cylinder round the base that the tool frame cannot reach."""
+        z_low, z_high = self.cfg.unreachable_z
+        return ((torch.linalg.norm(target[:, :2], dim=1) < self.cfg.unreachable_radius)
+                & (target[:, 2] > z_low) & (target[:, 2] < z_high))
 
     def action_to_ctrl(self, state: SimState, action: torch.Tensor) -> torch.Tensor:
         self.prev_action.copy_(self.last_action)
