@@ -213,6 +213,21 @@ def test_did_you_mean():
     assert did_you_mean("zzz", ["gamma", "lam"]) == ""
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_a_commands_help_prints_its_usage_and_its_composed_config(flag, capsys):
+    """``robot-rl train --help`` (what a new user types) shows the command's usage and every key it takes, composed
+    with the other overrides given; before, Hydra's override grammar refused ``--help``."""
+    assert main(["train", "task=so101_lift", flag, "algo.entropy_coef=0.02"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: robot-rl train")
+    assert "algo=ppo|flashsac" in out and "robot-rl collect" not in out  # train's usage lines only
+    assert "name: so101_lift" in out and "entropy_coef: 0.02" in out and "total_steps:" in out
+    assert main(["eval", flag]) == 0
+    assert "robot-rl eval checkpoint=PATH" in capsys.readouterr().out
+    assert main(["train", flag, "totl_steps=1"]) == 2  # a misspelled key stays an error
+    assert "did you mean 'total_steps'" in capsys.readouterr().err
+
+
 def test_resume_refuses_a_different_task(trained_run, capsys):
     assert main(["train", "task=so101_lift", f"resume={trained_run}", "logger.progress=false"]) == 2
     err = capsys.readouterr().err

@@ -32,7 +32,27 @@ commands:
                             dataset.root=DIR episodes=N
   recap   improvement loop: robot-rl recap task=so101_lift rounds=K [run_dir=DIR] [episodes_per_round=N] [steps=N]
 
-Options are Hydra overrides of the YAML files in {config_dir}."""
+Options are Hydra overrides of the YAML files in {config_dir}.
+robot-rl <command> --help prints the command's whole config (with any overrides given), every key it takes."""
+
+HELP_FLAGS = ("-h", "--help")
+
+
+def command_help(cmd: str, cfg: Any) -> str:
+    """``robot-rl <cmd> --help``: the command's lines of the usage, then its composed config as YAML."""
+    from omegaconf import OmegaConf
+
+    lines, own = [], False
+    for line in USAGE.splitlines()[3:]:  # the command table
+        if line.startswith("  ") and not line.startswith("   "):  # a command's first line
+            own = line.split()[0] == cmd
+        elif not line.strip():
+            break
+        if own:
+            lines.append(line)
+    return "\n".join([f"usage: robot-rl {cmd} [key=value ...]", *lines, "",
+                      "its config (every key can be overridden as key=value; a misspelled key is refused):", "",
+                      OmegaConf.to_yaml(cfg)])
 
 
 def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: Any, ev: Any, device: Any,
@@ -217,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE.format(config_dir=CONFIG_DIR))
         return 0
-    cmd, overrides = argv[0], argv[1:]
+    cmd, overrides = argv[0], [a for a in argv[1:] if a not in HELP_FLAGS]
+    wants_help = len(overrides) < len(argv) - 1
     if cmd not in COMMANDS:
         print(f"robot-rl: unknown command {cmd!r}; allowed: {sorted(COMMANDS)}\n\n" + USAGE.format(
             config_dir=CONFIG_DIR), file=sys.stderr)
@@ -225,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering for videos on machines without a display
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        if wants_help:
+            print(command_help(cmd, compose(cmd, overrides)))
+            return 0
         COMMANDS[cmd](compose(cmd, overrides))
     except HydraException as err:
         print(f"robot-rl {cmd}: error: {explain_unknown_override(str(err), overrides, lambda o: compose(cmd, o))}",
