@@ -38,6 +38,10 @@ class ReachConfig(common.ArmTaskConfig):
         default_factory=lambda: {"distance": 1.0, "near": 0.0, "success": 10.0, "action_rate": 0.01}
     )
 
+    def __post_init__(self) -> None:
+        if len(self.unreachable_z) != 2 or not self.unreachable_z[0] < self.unreachable_z[1]:
+            raise ValueError(f"task.unreachable_z must be [bottom, top] with bottom < top (m), got {self.unreachable_z}")
+
 
 # The observation, part by part (positions in m, world frame; 0.1 * joint velocities in rad/s; actions in [-1, 1]).
 POLICY_PARTS = (("joint_pos", 6), ("joint_vel", 6), ("ee_pos", 3), ("target_pos", 3), ("target_rel", 3),

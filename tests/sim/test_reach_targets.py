@@ -78,3 +78,10 @@ def test_the_expert_reaches_every_target_just_outside_the_cylinder() -> None:
     cfg = ReachConfig(target_low=[0.13, -0.03, 0.04], target_high=[0.14, 0.03, 0.21])
     wins = int(first_episode_successes("so101_reach", num_envs=60, task_cfg=cfg).sum())
     assert wins == 60
+
+
+def test_a_malformed_cylinder_height_is_an_error_naming_the_key() -> None:
+    with pytest.raises(ValueError, match="unreachable_z"):
+        ReachConfig(unreachable_z=[0.2])
+    with pytest.raises(ValueError, match="unreachable_z"):
+        ReachConfig(unreachable_z=[0.2, 0.1])
