@@ -26,7 +26,7 @@ class ReachConfig(common.ArmTaskConfig):
     # Targets the arm cannot reach are drawn again. The tool frame cannot fold closer than ~0.13 m to the base's
     # vertical axis between 4 and 21 cm up (shoulder_lift stops at -1.745 rad): damped-least-squares IK from 4 starts
     # left 1.3 % of the box's targets > 2 cm away, all of them inside this cylinder; the scripted expert and a trained
-    # PPO policy stalled 2.9-3.2 cm from one (2026-12-06). Excluded: 2.6 % of the box. unreachable_radius 0 draws the box.
+    # PPO policy stalled 2.9-3.2 cm from one (2026-12-06). Excluded: 2.4 % of the box. unreachable_radius 0 draws the box.
     unreachable_radius: float = 0.13  # m, from the base's z axis
     unreachable_z: list[float] = field(default_factory=lambda: [0.04, 0.21])  # m, the cylinder's bottom and top
     # The shared table scene holds a cube that reach never reads. Simulating it (a free body resting on the table
