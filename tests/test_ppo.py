@@ -237,22 +237,22 @@ def test_runner_resets_envs_that_do_not_reset_themselves(tmp_path):
     assert torch.equal(finals[0], finals[1])
 
 
-def test_foreach_adam_updates_bit_for_bit_like_the_per_tensor_loop():
-    """PPO's Adam runs foreach (a few ops over every parameter per minibatch): the same arithmetic as torch's
-    per-tensor loop, so the switch moved no learning curve."""
+def test_fused_adam_updates_like_the_per_tensor_loop():
+    """PPO's Adam runs fused on the CPU (one kernel over every parameter per minibatch): the per-tensor loop's
+    arithmetic up to float rounding, so the switch changed the learning curves only as rounding does."""
     env = PointMassEnv(num_envs=16)
     torch.manual_seed(0)
     fast = make_ppo(env)
     torch.manual_seed(0)
     slow = make_ppo(env)
     slow.optimizer = torch.optim.Adam(slow.params, lr=slow.cfg.learning_rate, foreach=False)
-    assert fast.optimizer.param_groups[0]["foreach"] is True
+    assert fast.optimizer.param_groups[0]["fused"] is True
     for algo in (fast, slow):
         torch.manual_seed(1)
         for _ in range(3):  # the adaptive learning rate changes between updates too
             algo.update(_filled_buffer(env, algo))
     assert fast.learning_rate == slow.learning_rate != PPOConfig().learning_rate
-    (a, _), (b, _) = _snapshot(fast), _snapshot(slow)  # their param_groups differ only in the foreach flag
+    (a, _), (b, _) = _snapshot(fast), _snapshot(slow)  # their param_groups differ only in the fused / foreach flags
     assert a.keys() == b.keys()
     for k in a:
-        assert torch.equal(a[k], b[k]), k
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-5, msg=k)

@@ -19,6 +19,7 @@ from policies.normalizer import EmpiricalNormalizer
 from robot_rl import returns
 from robot_rl.algos.base import OnPolicyAlgorithm
 from robot_rl.algos.guard import NonFiniteGuard
+from robot_rl.algos.optim import adam
 from robot_rl.buffers.rollout import RolloutBuffer
 from robot_rl.models.critics import MLPCritic
 
@@ -99,9 +100,9 @@ class PPO(OnPolicyAlgorithm):
         self.policy = policy.to(self.device)
         self.critic = critic.to(self.device)
         self.params = [*self.policy.parameters(), *self.critic.parameters()]
-        # foreach: a handful of ops over all 16 parameter tensors instead of ~12 per tensor (and a host read of each
-        # tensor's step count) per minibatch; the same arithmetic, bit for bit (tests/test_ppo.py).
-        self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, foreach=True)
+        # fused: one kernel over all 16 parameter tensors per minibatch instead of ~12 ops per tensor (and a host read of
+        # each tensor's step count); the update 0.89x the time of foreach's (robot_rl/algos/optim.py).
+        self.optimizer = adam(self.params, cfg.learning_rate, self.device)
         self.guard = NonFiniteGuard(cfg.max_consecutive_nonfinite)
         # Running mean / variance of the returns (cfg.normalize_value); identity statistics until the first update.
         self.return_norm = EmpiricalNormalizer((), clip=1e6).to(self.device)
