@@ -234,11 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.cli.config import explain_unknown_override
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if not argv or argv[0] in (*HELP_FLAGS, "help"):
         print(USAGE.format(config_dir=CONFIG_DIR))
         return 0
     cmd, overrides = argv[0], [a for a in argv[1:] if a not in HELP_FLAGS]
-    wants_help = len(overrides) < len(argv) - 1
+    wants_help = any(a in HELP_FLAGS for a in argv[1:])
     if cmd not in COMMANDS:
         print(f"robot-rl: unknown command {cmd!r}; allowed: {sorted(COMMANDS)}\n\n" + USAGE.format(
             config_dir=CONFIG_DIR), file=sys.stderr)
