@@ -72,8 +72,8 @@ def main() -> None:
     box_low, box_high = np.array(cfg.target_low), np.array(cfg.target_high)
     near_low, near_high = box_low.copy(), box_high.copy()
     near_low[1], near_high[0], near_high[1] = -0.14, box_low[0] + 0.05, 0.14  # x within 5 cm of the box's front
-    parts = {"box": box_low + rng.random((a.box, 3)) * (box_high - box_low),
-             "near_base": near_low + rng.random((a.near, 3)) * (near_high - near_low)}
+    bounds = {"box": (box_low, box_high, a.box), "near_base": (near_low, near_high, a.near)}
+    parts = {name: low + rng.random((n, 3)) * (high - low) for name, (low, high, n) in bounds.items()}
     data: dict = {"success_threshold_m": threshold, "cylinder": {"radius_m": radius, "z_m": [z_low, z_high]},
                   "ik": {"starts": a.starts, "iters": 100, "site": SITE}, "surveys": {}}
     many = box_low + rng.random((1_000_000, 3)) * (box_high - box_low)  # the cylinder's share of the box, closely
@@ -85,8 +85,7 @@ def main() -> None:
         inside = task.unreachable(torch.as_tensor(targets, dtype=torch.float32)).numpy()
         r = np.hypot(targets[:, 0], targets[:, 1])
         data["surveys"][name] = {
-            "targets": len(targets), "box_low_m": near_low.tolist() if name == "near_base" else box_low.tolist(),
-            "box_high_m": near_high.tolist() if name == "near_base" else box_high.tolist(),
+            "targets": len(targets), "box_low_m": bounds[name][0].tolist(), "box_high_m": bounds[name][1].tolist(),
             "out_of_reach_share": round(float(out.mean()), 4),
             "over_1cm_share": round(float((closest > 0.01).mean()), 4),
             "out_of_reach_r_m": [round(float(r[out].min()), 4), round(float(r[out].max()), 4)] if out.any() else None,
