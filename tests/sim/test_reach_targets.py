@@ -85,3 +85,14 @@ def test_a_malformed_cylinder_height_is_an_error_naming_the_key() -> None:
         ReachConfig(unreachable_z=[0.2])
     with pytest.raises(ValueError, match="unreachable_z"):
         ReachConfig(unreachable_z=[0.2, 0.1])
+
+
+def test_the_workspace_surveys_ik_finds_the_stalled_target_out_of_reach() -> None:
+    """benchmarks/reach_workspace.py's survey, behind the cylinder's size: the target the main job failed is out of
+    the task's 2 cm whatever the IK start; one in the middle of the box is reached."""
+    import numpy as np
+
+    from benchmarks.reach_workspace import survey
+
+    closest = survey(np.array([STALLED, [0.22, 0.0, 0.15]]), starts=4, seed=0)
+    assert closest[0] > 0.02 and closest[1] < 0.005
