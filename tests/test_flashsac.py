@@ -108,6 +108,28 @@ def test_unit_norm_holds_after_updates():
     assert not torch.equal(lin.weight, algo.target.nets[0].blocks[0].w1.weight)  # the target lags (Polyak)
 
 
+def test_fused_adam_steps_like_the_per_tensor_loop():
+    """Actor and critic step torch's fused Adam on the CPU (robot_rl/algos/optim.py): the per-tensor loop's
+    arithmetic up to float rounding."""
+    def trained(fused: bool) -> tuple[FlashSAC, torch.Tensor]:
+        torch.manual_seed(0)
+        env = PointMassEnv(num_envs=16)
+        algo = make_algo(env)
+        if not fused:
+            algo.actor_opt = torch.optim.Adam(algo.actor.parameters(), lr=algo.cfg.learning_rate, foreach=False)
+            algo.critic_opt = torch.optim.Adam(algo.critic.parameters(), lr=algo.cfg.learning_rate, foreach=False)
+        buf = _filled(env, algo)
+        algo.train_mode()
+        torch.manual_seed(1)
+        for _ in range(3):
+            algo.update(buf)
+        return algo, torch.cat([p.detach().flatten() for p in [*algo.actor.parameters(), *algo.critic.parameters()]])
+
+    (fast, a), (_, b) = trained(True), trained(False)
+    assert fast.actor_opt.param_groups[0]["fused"] and fast.critic_opt.param_groups[0]["fused"]
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
 def test_tanh_gaussian_log_prob_matches_torch():
     torch.manual_seed(0)
     pol = TanhGaussianPolicy(TanhGaussianPolicyConfig(obs_dim=3, action_dim=2, hidden_dim=8)).eval()

@@ -29,6 +29,7 @@ from policies.tanh_gaussian import TanhGaussianPolicy
 from robot_rl import returns
 from robot_rl.algos.base import OffPolicyAlgorithm
 from robot_rl.algos.guard import NonFiniteGuard
+from robot_rl.algos.optim import adam
 from robot_rl.buffers.replay import ReplayBuffer, sample_mixed
 from robot_rl.models.q_critics import CategoricalQ
 
@@ -189,9 +190,10 @@ class FlashSAC(OffPolicyAlgorithm):
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=self.device, requires_grad=True)
         a = actor.cfg.action_dim
         self.target_entropy = 0.5 * a * math.log(2 * math.pi * math.e * cfg.target_sigma**2)
-        # foreach: one fused kernel launch per step over all tensors (also on the CPU, where it is not the default)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.learning_rate, foreach=True)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.learning_rate, foreach=True)
+        # fused where the device has the kernel (robot_rl/algos/optim.py): on so101_lift an update took 13.2 ms against
+        # foreach's 14.6 ms (six alternated rounds of 20 updates, 2026-12-06)
+        self.actor_opt = adam(self.actor.parameters(), cfg.learning_rate, self.device)
+        self.critic_opt = adam(self.critic.parameters(), cfg.learning_rate, self.device)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.learning_rate)
         self.noise = RepeatedNoise(num_envs, a, cfg.noise_zeta_s, cfg.noise_max_repeat, self.device)
         self.return_scale = ReturnScale(num_envs, cfg.gamma, cfg.reward_g_max, self.device)

@@ -1,5 +1,5 @@
 """The Adam(W) the learners step: torch's fused kernel where the device has one. AdamW for the offline learners (BC /
-AWR / RECAP's policy, the value model), Adam for PPO.
+AWR / RECAP's policy, the value model), Adam for PPO and FlashSAC.
 
 On the CPU torch's default AdamW loops over the parameters one tensor at a time. For the flow VLA (103 tensors,
 1.37 M parameters, 2 cores) a step took 7.2-9.9 ms that way, 6.0-7.8 ms with ``foreach`` and 1.6-2.2 ms fused
