@@ -70,3 +70,14 @@ def test_quat_yaw_reads_the_heading_about_z() -> None:
     yaw, roll = 0.9, 0.6
     cz, sz, cr, sr = math.cos(yaw / 2), math.sin(yaw / 2), math.cos(roll / 2), math.sin(roll / 2)
     assert quat_yaw(torch.tensor([cz * cr, cz * sr, sz * sr, cr * sz])) == pytest.approx(yaw)
+
+
+def test_success_by_band_counts_episodes_and_rates_per_equal_band() -> None:
+    from benchmarks.vla_reach_failures import success_by_band
+
+    # [0, 1] in 4 bands of 0.25: 0.1 and 0.2 in the first (1 of 2), 0.6 in the third, 1.0 (the closed top) and an
+    # out-of-range 1.3 in the last (1 of 2), -0.2 in the first too; no episode in the second: left out.
+    got = success_by_band([0.1, 0.2, 0.6, 1.0, 1.3, -0.2], [True, False, True, False, True, False], 0.0, 1.0, 4)
+    assert got == {"0.00-0.25": [3, 0.333], "0.50-0.75": [1, 1.0], "0.75-1.00": [2, 0.5]}
+    with pytest.raises(ValueError):
+        success_by_band([0.1], [True, False], 0.0, 1.0, 4)  # one success flag per value
