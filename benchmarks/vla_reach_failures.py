@@ -75,13 +75,18 @@ def front_view_ndc(model: Any, points: torch.Tensor, camera: str = "front") -> t
     return torch.stack([f * d[:, 0] / -d[:, 2], f * d[:, 1] / -d[:, 2]], dim=1)
 
 
+def _band(value: float, low: float, high: float, bands: int) -> int:
+    """Which of ``bands`` equal bands of [low, high] holds ``value`` (the last band closed; outside: the nearest)."""
+    return min(max(int((value - low) / (high - low) * bands), 0), bands - 1)
+
+
 def success_by_band(values: list[float], success: list[bool], low: float, high: float, bands: int
                     ) -> dict[str, list[float]]:
     """Episodes and success rate per equal band of [low, high] (the last band closed; values outside go to the
     nearest band), keyed "lo-hi" (2 decimals); bands without episodes are left out."""
     cells: dict[int, list[bool]] = {}
     for v, ok in zip(values, success, strict=True):
-        cells.setdefault(min(max(int((v - low) / (high - low) * bands), 0), bands - 1), []).append(ok)
+        cells.setdefault(_band(v, low, high, bands), []).append(ok)
     step = (high - low) / bands
     return {f"{low + b * step:.2f}-{low + (b + 1) * step:.2f}": [len(v), round(sum(v) / len(v), 3)]
             for b, v in sorted(cells.items())}
@@ -225,7 +230,7 @@ def diagnose_pick(policy: Any, episodes: int, num_envs: int, seed: int) -> dict[
     cells: dict[tuple[int, int], list[bool]] = {}
     for r in rows:  # the spawn box in 3 x 6 cells, the last cell of each axis closed
         (x, y) = r["named_start_xy"]
-        a, b = (min(int((v - lo[k]) / (hi[k] - lo[k]) * n), n - 1) for k, v, n in ((0, x, 3), (1, y, 6)))
+        a, b = _band(x, lo[0], hi[0], 3), _band(y, lo[1], hi[1], 6)
         cells.setdefault((a, b), []).append(r["success"])
     step = [(hi[k] - lo[k]) / n for k, n in ((0, 3), (1, 6))]
     grid = {f"x {lo[0] + a * step[0]:.2f}-{lo[0] + (a + 1) * step[0]:.2f}, y {lo[1] + b * step[1]:.2f}-"
