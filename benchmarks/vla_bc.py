@@ -1,4 +1,5 @@
-"""One multi-task flow VLA trained by behaviour cloning, beside LeRobot's own ACT, on the same demonstrations.
+"""One multi-task flow VLA trained by behaviour cloning, beside LeRobot's own ACT and Diffusion Policy, on the same
+demonstrations.
 
 1. **Data.** ``robot-rl collect`` records scripted demonstrations of so101_reach, so101_lift, so101_push and
    so101_pick into ONE LeRobotDataset v3 (front + wrist cameras at 80x80 as video, the six joints in degrees, the
@@ -6,9 +7,9 @@
    the demos are collected the DART way (``--dart``: the expert's arm actions sent with noise, its own recorded),
    on every task only while the expert approaches (``--dart-during approach``: the grasp and the push undisturbed).
 2. **Training, same budget.** Ours: ``robot-rl offline algo=bc`` (the flow VLA: images, instruction and
-   proprio only). Theirs: LeRobot's ACT trained from scratch by LeRobot's own ``lerobot-train``
-   (``benchmarks/lerobot_baselines.py``; Diffusion Policy too when ``diffusers`` is installed and ``--diffusion``
-   is given). Each in its own process, one after the other. The budget is 15 minutes of each method's training
+   proprio only). Theirs: LeRobot's ACT and Diffusion Policy trained from scratch by LeRobot's own
+   ``lerobot-train`` (``benchmarks/lerobot_baselines.py``: their settings and why). Each in its own process, one
+   after the other. The budget is 15 minutes of each method's training
    on a quiet 2-core machine: by default as the steps each made in that time (``QUIET_STEPS_15MIN``, so a busy
    machine changes the wall time, not the result), or as wall-clock itself (``--budget minutes``, quiet only).
    How ours runs its chunks is chosen on validation seeds, per task: the actions executed per chunk, queued
@@ -20,7 +21,7 @@
    colour (success still means the originally named cube): a policy that reads the language should fail then.
    CPU inference time per chunk for one env. A video per task of ours.
 
-    python benchmarks/vla_bc.py                                   # the full run: ~90 min on 2 cores
+    python benchmarks/vla_bc.py                                   # the full run: ~2 h on 2 cores
     python benchmarks/vla_bc.py --demos 20 --minutes 1 --episodes 10 --out /tmp/vla   # a smoke run
     python benchmarks/vla_bc.py --data /tmp/vla_data --skip-collect                    # reuse a dataset
 
@@ -80,8 +81,10 @@ IMAGE = 80  # px: the front camera's wider view (fovy 52) needs it to keep the c
 # in 825 s (2026-12-02, run alone). On 2026-12-03 night, both alone, ours' 8,000 took 510 s and ACT's 570 only 303 s, so
 # ACT now gets 1,000 (about ours' time then). At 80x80 (2026-12-04 night, alone) ours' 8,000 took 592-759 s and ACT's
 # 1,000 628 s, both still inside the 15 minutes; on a slower machine that evening ours' 8,000 took 958-964 s
-# (vla_bc.json, "replicate_training_2026_12_04_evening"). Step budgets make the comparison hold on any machine.
-QUIET_STEPS_15MIN = {"ours": 8000, "act": 1000}
+# (vla_bc.json, "replicate_training_2026_12_04_evening"). Diffusion (2026-12-06, alone, sized by lerobot_baselines'
+# calibration to the 15 minutes): 995 steps in 833 s of its 900 s run (vla_bc.json, "diffusion_policy_2026_12_06").
+# Step budgets make the comparison hold on any machine.
+QUIET_STEPS_15MIN = {"ours": 8000, "act": 1000, "diffusion": 995}
 # Ours' recipe on top of the offline CLI's defaults. bf16 autocast where the CPU computes bf16 natively (this machine
 # kind does; elsewhere the option is refused, and float32 takes ~1.2x the time per step). The export keeps the mean of
 # its sampled chunks for every joint: the median for the wrist roll and gripper (FlowVLAConfig.median_actions) was
@@ -337,7 +340,9 @@ def select_execution(policy: Any, candidates: list[Execution], episodes: int, nu
 
 
 def inference_ms(policy: Any, repeats: int = 30) -> float:
-    """Median ms of one ``act`` (a whole chunk) for one env on the CPU."""
+    """Median ms of one ``act`` that predicts a whole chunk, for one env on the CPU. Each call follows a ``reset``
+    (untimed): a step policy with a queue (LeRobot's Diffusion through ``LeRobotHistoryAdapter``) would otherwise
+    answer most calls from its queue."""
     from robot_rl.cli.build import policy_view
 
     with _env("so101_pick", 1, 0) as env:
@@ -346,6 +351,7 @@ def inference_ms(policy: Any, repeats: int = 30) -> float:
         times = []
         with torch.no_grad():
             for _ in range(repeats):
+                policy.reset()
                 t = time.perf_counter()
                 policy.act(frame)
                 times.append(time.perf_counter() - t)
@@ -438,7 +444,8 @@ def main() -> None:
                         "busy machine")
     p.add_argument("--ours-steps", type=int, default=QUIET_STEPS_15MIN["ours"],
                    help="ours: gradient steps (the cosine schedule spans them)")
-    p.add_argument("--theirs-steps", type=int, default=QUIET_STEPS_15MIN["act"], help="LeRobot's: training steps")
+    p.add_argument("--theirs-steps", type=int, default=None,
+                   help="LeRobot's: training steps (default: each policy's own in QUIET_STEPS_15MIN)")
     # queued 1-8 and ensembled 1, 2, 4 since 2026-12-04: on one training, push scored 0.92 ensembled every 2 steps
     # vs 0.81 queued (8 steps), while lift and pick did better queued (vla_bc.json, temporal_ensembling_2026_12_04)
     p.add_argument("--select-executed", default="1,2,3,4,8",
@@ -463,7 +470,7 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/vla_bc_runs"), help="training run folders")
     p.add_argument("--skip-collect", action="store_true", help="reuse the dataset at --data")
     p.add_argument("--collect-only", action="store_true", help="collect the dataset at --data and stop")
-    p.add_argument("--methods", default="ours,act", help="comma list of ours, act, diffusion")
+    p.add_argument("--methods", default="ours,act,diffusion", help="comma list of ours, act, diffusion")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reuse-training", action="store_true",
                    help="evaluate the policies an earlier run trained in --work (same data) instead of training")
@@ -485,6 +492,8 @@ def main() -> None:
     os.environ.setdefault("MUJOCO_GL", "egl")
     torch.set_num_threads(2)
     methods = a.methods.split(",")
+    if unknown := [m for m in methods if m not in ("ours", "act", "diffusion")]:
+        p.error(f"--methods: unknown {unknown}; choose from ours, act, diffusion")
     if a.ours is None:
         from robot_rl.algos.precision import native_bf16
 
@@ -511,8 +520,11 @@ def main() -> None:
     data["training"], data["eval"] = {}, {}
     # with a step budget the wall-clock is only a cap (3x: room for a busy machine; the steps decide)
     cap = a.minutes if a.budget == "minutes" else 3 * a.minutes
+    theirs_steps = {m: a.theirs_steps or QUIET_STEPS_15MIN.get(m) for m in methods if m != "ours"}
+    if a.budget == "steps" and (unsized := [m for m, k in theirs_steps.items() if k is None]):
+        p.error(f"{unsized}: no step budget known (QUIET_STEPS_15MIN); give --theirs-steps or --budget minutes")
     data["settings"].update(budget=a.budget, ours_steps=a.ours_steps, ours_overrides=a.ours,
-                            theirs_steps=a.theirs_steps if a.budget == "steps" else None)
+                            theirs_steps=theirs_steps if a.budget == "steps" else None)
     policies: dict[str, Any] = {}
     from benchmarks.lerobot_baselines import TRAIN_RECORD, load_lerobot_adapter
     from policies import load_policy
@@ -555,7 +567,7 @@ def main() -> None:
                 rec["policy"] = rec["pretrained_model"]
             else:
                 rec = train_theirs(m, a.data, a.work / m, cap, a.seed,
-                                   a.theirs_steps if a.budget == "steps" else None)
+                                   theirs_steps[m] if a.budget == "steps" else None)
             policies[m] = load_lerobot_adapter(rec["policy"])
         data["training"][m] = rec
         print(f"trained {m}: {json.dumps({k: v for k, v in rec.items() if k != 'curve'})[:400]}", file=sys.stderr)

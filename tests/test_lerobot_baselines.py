@@ -1,24 +1,25 @@
-"""LeRobot's ACT as a baseline: trained by lerobot-train on a real LeRobotDataset v3 on disk, run through our
-Policy contract (benchmarks/lerobot_baselines.py)."""
+"""LeRobot's ACT and Diffusion Policy as baselines: trained by lerobot-train on a real LeRobotDataset v3 on disk, run
+through our Policy contract (benchmarks/lerobot_baselines.py)."""
 
 from __future__ import annotations
 
 import json
 import math
 
-# lerobot and accelerate (which lerobot-train needs) come with the `lerobot` extra that `make test` installs: imported
-# plainly, so a broken install fails here instead of skipping these tests.
+# lerobot, accelerate (which lerobot-train needs) and diffusers (LeRobot's Diffusion Policy) come with the `lerobot`
+# extra that `make test` installs: imported plainly, so a broken install fails here instead of skipping these tests.
 import accelerate  # noqa: F401
+import diffusers  # noqa: F401
 import lerobot  # noqa: F401
 import numpy as np
 import pytest
 import torch
 
+from benchmarks import lerobot_baselines
 from benchmarks.lerobot_baselines import (
     TRAIN_RECORD,
     LeRobotHistoryAdapter,
     LeRobotPolicyAdapter,
-    diffusion_available,
     load_lerobot_adapter,
     parse_step_line,
     push_history,
@@ -35,6 +36,11 @@ ACTION_MEAN = 35.0  # degrees: far from 0, so un-normalised actions are told fro
 TINY_ACT = {"policy.dim_model": 32, "policy.n_heads": 2, "policy.dim_feedforward": 64, "policy.n_encoder_layers": 1,
             "policy.n_vae_encoder_layers": 1, "policy.latent_dim": 8, "policy.chunk_size": 8,
             "policy.n_action_steps": 4}
+# horizon 8: a multiple of 2^len(down_dims); drop_n_last_frames = horizon - n_action_steps - n_obs_steps + 1
+TINY_DIFFUSION = {"policy.down_dims": [16, 32], "policy.kernel_size": 3, "policy.n_groups": 4,
+                  "policy.diffusion_step_embed_dim": 16, "policy.spatial_softmax_num_keypoints": 8,
+                  "policy.horizon": 8, "policy.n_action_steps": 4, "policy.drop_n_last_frames": 3,
+                  "policy.num_inference_steps": 4}
 
 
 def _make_dataset(root) -> None:
@@ -187,9 +193,60 @@ def test_train_refuses_bad_requests(tmp_path):
         train_lerobot_policy("act", tmp_path, "x/y", tmp_path / "o", 60, overrides={"steps": 3})
     with pytest.raises(FileNotFoundError, match="meta/info.json"):
         train_lerobot_policy("act", tmp_path, "x/y", tmp_path / "o", 60)
-    if not diffusion_available():
-        with pytest.raises(RuntimeError, match="diffusers"):
-            train_lerobot_policy("diffusion", tmp_path, "x/y", tmp_path / "o", 60)
+
+
+def test_diffusion_without_diffusers_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setattr(lerobot_baselines, "diffusion_available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"lerobot\[diffusion\]"):
+        train_lerobot_policy("diffusion", tmp_path, "x/y", tmp_path / "o", 60)
+
+
+@pytest.fixture(scope="module")
+def trained_diffusion(tmp_path_factory):
+    """A tiny Diffusion Policy (2 observation steps, chunks of 8, 4 executed) trained for 2 steps by lerobot-train."""
+    root = tmp_path_factory.mktemp("ds") / "tiny_so101"
+    _make_dataset(root)
+    out = tmp_path_factory.mktemp("diffusion")
+    return train_lerobot_policy("diffusion", root, "local/tiny_so101", out, wall_clock_s=240, seed=0, batch_size=4,
+                                overrides=TINY_DIFFUSION, steps=2, checkpoints=1)
+
+
+def _diffusion_chunk(policy: LeRobotHistoryAdapter, frames: list[dict], seed: int) -> torch.Tensor:
+    """What LeRobot's Diffusion Policy predicts, in degrees, from ``frames`` stacked as its observation history,
+    with the global RNG (its noise) seeded."""
+    batches = [policy.pre(lerobot_baselines._frame_to_batch(f, policy.cfg, policy.processor, policy.device))
+               for f in frames]
+    stacked = {k: torch.stack([b[k] for b in batches], dim=1) for k in policy.cfg.input_features}
+    torch.manual_seed(seed)
+    return policy.post(policy.lerobot.predict_action_chunk(stacked)).float()
+
+
+def test_diffusion_reads_its_history_per_env(trained_diffusion):
+    """LeRobot's Diffusion Policy through the history adapter: an episode's first observation fills the history, a
+    new chunk comes from the last two observations once an env's queue is spent, each env keeps its own queue."""
+    policy = load_lerobot_adapter(trained_diffusion)
+    assert isinstance(policy, LeRobotHistoryAdapter) and policy.lerobot.config.type == "diffusion"
+    assert (policy.n_obs, policy.n_act, policy.horizon) == (2, 4, 1)
+    frames = [_frame(2, seed=20 + t) for t in range(5)]
+    torch.manual_seed(0)
+    a0 = policy.act(frames[0])
+    first = _diffusion_chunk(policy, [frames[0], frames[0]], seed=0)  # the chunk's executed steps
+    assert first.shape == (2, 4, 6) and torch.isfinite(first).all()
+    torch.testing.assert_close(a0, first[:, 0], atol=1e-4, rtol=1e-4)
+    assert abs(a0.mean().item() - ACTION_MEAN) < 30  # degrees, un-normalised by the dataset's statistics
+    for t in (1, 2, 3):  # the rest of the queue, whatever the new observations
+        torch.testing.assert_close(policy.act(frames[t]), first[:, t], atol=1e-4, rtol=1e-4)
+    policy.reset(torch.tensor([1]))  # env 1 starts an episode: its history is frames[4] alone
+    torch.manual_seed(1)
+    a4 = policy.act(frames[4])  # both queues are spent: one prediction for both envs
+    env0, env1 = _rows(frames[3], [0]), _rows(frames[4], [1])
+    previous = {k: (v + env1[k] if isinstance(v, list) else torch.cat([v, env1[k]]))
+                for k, v in env0.items()}  # env 0 saw frames[3] before; env 1's first frame stands in for it
+    expected = _diffusion_chunk(policy, [previous, frames[4]], seed=1)[:, 0]
+    torch.testing.assert_close(a4, expected, atol=1e-4, rtol=1e-4)
+    no_reset = _diffusion_chunk(policy, [frames[3], frames[4]], seed=1)[:, 0]
+    torch.testing.assert_close(a4[0], no_reset[0], atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(a4[1], no_reset[1], atol=1e-3)  # the reset changed env 1's history only
 
 
 @pytest.mark.slow
