@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -115,6 +116,7 @@ def train_run(arm: str, seed: int, demos: str | None, env_steps: int, eval_every
     env.close()
     ev.close()
     logger.close()
+    shutil.rmtree(tmp, ignore_errors=True)
     return {"arm": arm, "seed": seed, "curve": curve,
             "demo_transitions": 0 if demo is None else demo.num_transitions}
 
@@ -214,6 +216,8 @@ def main() -> None:
                          "then an upper bound of the true one. Wall-clock seconds are from runs sharing the "
                          "machine (--workers at a time) and are not comparable across machines; env steps are."}
     path = write_result(a.name, data_out, goals, a.out)
+    if a.data is None:  # the temporary demo dataset made for this run
+        shutil.rmtree(data.parent, ignore_errors=True)
     print(f"wrote {path}; goals: {goals}", flush=True)
 
 

@@ -30,6 +30,7 @@ import argparse
 import itertools
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -213,6 +214,8 @@ class Bench:
         out["last_iteration_fps"] = scalars.get("perf/fps")
         say(f"  PPO: {out['steps_per_s']:,.0f} env-steps/s end to end over {iterations - 1} iterations "
             f"(collection {100 * (out['collect_fraction'] or float('nan')):.0f}% of an iteration)")
+        logger.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
         return out
 
     # ------------------------------------------------------------------------------------------- output

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -95,6 +96,7 @@ def _ours(task: str, algo: str, seed: int, budget_s: float, eval_every: float, s
     env.close()
     ev.close()
     logger.close()
+    shutil.rmtree(tmp, ignore_errors=True)
     return curve
 
 
@@ -166,6 +168,8 @@ def _gym_flashsac(env_id: str, seed: int, steps: int, overrides: list[str]) -> f
     runner = build_runner("flashsac", env, algo, runner_keys, RunLimits(total_steps=steps, seed=seed),
                           RunLogger(tmp, LoggerConfig(progress=False, tensorboard=False)), None, {})
     runner.learn()
+    runner.logger.close()
+    shutil.rmtree(tmp, ignore_errors=True)
     algo.policy.eval()
     return _gym_return(env_id, seed, lambda x: algo.policy.act(torch.as_tensor(x, dtype=torch.float32)[None])[0]
                        .numpy())

@@ -215,10 +215,11 @@ def kernel_floor(task: str, seed: int = 0) -> dict[str, float]:
 
     from robot_rl.cli.build import build_training, compose
 
+    run_dir = tempfile.mkdtemp(prefix="ppo_floor_")
     cfg = compose("train", [f"task={task}", "algo=ppo", f"seed={seed}", f"sim.num_envs={NUM_ENVS[task]}",
                              f"sim.num_threads={THREADS}", "total_steps=100000000", "eval.enabled=false",
                              "logger.progress=false", "logger.tensorboard=false", "checkpoint_every=100000000",
-                             f"run_dir={tempfile.mkdtemp(prefix='ppo_floor_')}"])
+                             f"run_dir={run_dir}"])
     run = build_training(cfg)
     try:
         runner = run.runner
@@ -230,6 +231,7 @@ def kernel_floor(task: str, seed: int = 0) -> dict[str, float]:
         self_s = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages() if e.key in KERNELS}
     finally:
         run.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
     return {"kernel_s_per_env_step": sum(self_s.values()) / steps,
             "by_kernel_s_per_env_step": {k: v / steps for k, v in sorted(self_s.items())}}
 

@@ -20,6 +20,7 @@ Writes ``benchmarks/results/video_decode.json`` + ``video_decode.png``.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -111,6 +112,7 @@ def main() -> None:
         print(f"{name}: in-process {row['in_process_median_s']:.3f} s, child {row['child_median_s']:.3f} s "
               f"({row['ratio_child_over_in_process']:.2f}x) for {frames} frames", flush=True)
     decoder.close()
+    shutil.rmtree(work, ignore_errors=True)
     data = {"settings": {"reps": args.reps, "backend": "pyav", "codecs": sorted(codecs), "fps": FPS},
             "child_start_s": round(child_start_s, 3), "cases": rows,
             "note": "Medians of alternating runs in one process, nothing else running. The child's frames are "
