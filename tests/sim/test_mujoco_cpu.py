@@ -55,7 +55,9 @@ def test_close_joins_the_worker_threads():
     env = make_env("so101_reach", SimConfig(num_envs=6, num_threads=3))
     env.reset(seed=0)
     env.step(torch.zeros(6, env.action_dim))
-    assert workers() == before + 2  # the caller steps the first slice itself
+    # The caller steps the first slice itself, so at most 2 workers; ThreadPoolExecutor starts them lazily and
+    # reuses an idle one, so under load the first may already have finished its slice and taken the second.
+    assert 1 <= workers() - before <= 2
     env.close()
     env.close()  # twice is harmless
     assert workers() == before
