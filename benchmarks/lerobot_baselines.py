@@ -21,12 +21,12 @@ Chosen settings (``ACT_SETTINGS``, ``DIFFUSION_SETTINGS``; LeRobot's defaults ot
   values), ``drop_n_last_frames`` 7 (= horizon - n_action_steps - n_obs_steps + 1), no pretrained backbone and
   GroupNorm instead of BatchNorm (the from-scratch recipe), no crop (the default; 64x64 images are small). Two changes
   that the 2-core CPU budget forces: the U-Net at half LeRobot's widths (``down_dims`` 256 / 512 / 1024: 89 M
-  parameters with two 80x80 cameras, 0.79 s per training step at batch 8; LeRobot's 512 / 1024 / 2048, 278 M, took
+  parameters with two 80x80 cameras, 0.84 s per training step at batch 8; LeRobot's 512 / 1024 / 2048, 278 M, took
   ~2.4 s with a collection beside it: 335 steps in 15 minutes, a sixth of ACT's, all inside LeRobot's 500-step lr
   warm-up), and DDIM sampling in 10 steps instead of DDPM's 100 (``noise_scheduler_type`` DDIM,
   ``num_inference_steps`` 10; training is the same noise prediction over 100 timesteps), the speed-up Chi et al.
   (Diffusion Policy, RSS 2023) use on real robots: with DDPM's 100 steps one chunk of the 278 M model took ~20 s for
-  one env here, and evaluating 500 episodes would have taken hours (10 DDIM steps of the 89 M model: 0.28 s).
+  one env here, and evaluating 500 episodes would have taken hours (10 DDIM steps of the 89 M model: 0.17 s).
 
 Neither policy reads the task text: in a multi-task dataset they tell tasks apart only from the images.
 """

@@ -82,7 +82,7 @@ IMAGE = 80  # px: the front camera's wider view (fovy 52) needs it to keep the c
 # ACT now gets 1,000 (about ours' time then). At 80x80 (2026-12-04 night, alone) ours' 8,000 took 592-759 s and ACT's
 # 1,000 628 s, both still inside the 15 minutes; on a slower machine that evening ours' 8,000 took 958-964 s
 # (vla_bc.json, "replicate_training_2026_12_04_evening"). Diffusion (2026-12-06, alone, sized by lerobot_baselines'
-# calibration to the 15 minutes): 995 steps in 833 s of its 900 s run (vla_bc.json, "diffusion_policy_2026_12_06").
+# calibration to the 15 minutes): 995 steps, the run 841 s of its 900 s (vla_bc.json, "diffusion_policy_2026_12_06").
 # Step budgets make the comparison hold on any machine.
 QUIET_STEPS_15MIN = {"ours": 8000, "act": 1000, "diffusion": 995}
 # Ours' recipe on top of the offline CLI's defaults. bf16 autocast where the CPU computes bf16 natively (this machine
@@ -492,8 +492,8 @@ def main() -> None:
     os.environ.setdefault("MUJOCO_GL", "egl")
     torch.set_num_threads(2)
     methods = a.methods.split(",")
-    if unknown := [m for m in methods if m not in ("ours", "act", "diffusion")]:
-        p.error(f"--methods: unknown {unknown}; choose from ours, act, diffusion")
+    if unknown := [m for m in methods if m not in QUIET_STEPS_15MIN]:
+        p.error(f"--methods: unknown {unknown}; choose from {', '.join(QUIET_STEPS_15MIN)}")
     if a.ours is None:
         from robot_rl.algos.precision import native_bf16
 
@@ -520,9 +520,7 @@ def main() -> None:
     data["training"], data["eval"] = {}, {}
     # with a step budget the wall-clock is only a cap (3x: room for a busy machine; the steps decide)
     cap = a.minutes if a.budget == "minutes" else 3 * a.minutes
-    theirs_steps = {m: a.theirs_steps or QUIET_STEPS_15MIN.get(m) for m in methods if m != "ours"}
-    if a.budget == "steps" and (unsized := [m for m, k in theirs_steps.items() if k is None]):
-        p.error(f"{unsized}: no step budget known (QUIET_STEPS_15MIN); give --theirs-steps or --budget minutes")
+    theirs_steps = {m: a.theirs_steps or QUIET_STEPS_15MIN[m] for m in methods if m != "ours"}
     data["settings"].update(budget=a.budget, ours_steps=a.ours_steps, ours_overrides=a.ours,
                             theirs_steps=theirs_steps if a.budget == "steps" else None)
     policies: dict[str, Any] = {}
