@@ -322,13 +322,11 @@ def train_lerobot_policy(kind: str, dataset_root: str | Path, repo_id: str, out_
 
 # ------------------------------------------------------------------------------------------------ evaluation
 def _read_config(path: Path) -> Any:
-    """The policy config saved in a LeRobot ``pretrained_model`` folder."""
-    import lerobot.policies  # noqa: F401 - registers every policy config type ("act", "diffusion", ...)
-    from lerobot.configs.policies import PreTrainedConfig
+    """The policy config saved in a LeRobot ``pretrained_model`` folder (LeRobot's own reader leaves a temporary file
+    per call: ``real.lerobot_policy.read_config``)."""
+    from real.lerobot_policy.read_config import read_policy_config
 
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path}: not a LeRobot pretrained_model folder (no config.json)")
-    return PreTrainedConfig.from_pretrained(path)
+    return read_policy_config(path)
 
 
 def _load_lerobot(path: str | Path, device: str | torch.device) -> tuple[Any, Any, Any]:

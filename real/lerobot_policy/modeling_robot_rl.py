@@ -28,6 +28,7 @@ from lerobot.utils.constants import OBS_STATE
 from policies import ActionQueue, Policy, keys, load_policy
 from real import features
 from real.lerobot_policy.configuration_robot_rl import RobotRLConfig
+from real.lerobot_policy.read_config import read_policy_config
 from sim import so101
 
 FRAME, PROPRIO = "frame", "proprio"  # what the wrapped policy reads: a LeRobot frame, or the joints in radians
@@ -97,7 +98,7 @@ class RobotRLPolicy(PreTrainedPolicy):
         if not path.is_dir():
             raise FileNotFoundError(f"robot_rl policies load from a local folder; {path} is none")
         if config is None:
-            config = PreTrainedConfig.from_pretrained(path)
+            config = read_policy_config(path)  # LeRobot's own reader leaves a temporary file per call
         if not isinstance(config, RobotRLConfig):
             raise TypeError(f"{path}: a {type(config).__name__} is no robot_rl config")
         inner = load_policy(path / config.policy_subdir, device=config.device or "cpu")
