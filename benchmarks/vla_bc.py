@@ -110,11 +110,13 @@ COLLECT_OVERRIDES = {"so101_reach": ["task.terminate_on_success=false", "task.ep
 
 # ------------------------------------------------------------------------------------------------------ data
 def collect(root: Path, demos: int, num_envs: int, seed: int, image: int = IMAGE,
-            dart: dict[str, tuple[float, int, str]] | None = None) -> dict[str, Any]:
+            dart: dict[str, tuple[float, int, str]] | None = None,
+            grasp_recovery: dict[str, float] | None = None) -> dict[str, Any]:
     """Record ``demos`` expert episodes per task into one dataset at ``root`` (``image`` x ``image`` pixels per camera);
     seconds and counts per task. ``dart``: task -> (std, steps held, "episode" | "approach") of the DART disturbance
     (``robot-rl collect``'s ``disturbance``, ``disturbance_steps``, ``disturbance_during``); tasks not in it are
-    collected with the expert's own actions."""
+    collected with the expert's own actions. ``grasp_recovery``: task -> the probability of a botched, corrected first
+    grasp (``robot-rl collect``'s ``grasp_recovery``; lift and pick)."""
     from robot_rl.cli.build import compose
     from robot_rl.cli.collect import collect as run_collect
 
@@ -125,6 +127,7 @@ def collect(root: Path, demos: int, num_envs: int, seed: int, image: int = IMAGE
                                   f"task.image_width={image}", f"task.image_height={image}",
                                   f"sim.num_envs={num_envs}", f"seed={seed + 1000 * i}", "progress=false",
                                   *_dart_overrides((dart or {}).get(task)),
+                                  *([f"grasp_recovery={grasp_recovery[task]}"] if task in (grasp_recovery or {}) else []),
                                   *_overrides(DR, "sim.randomization"), *COLLECT_OVERRIDES.get(task, [])])
         c = run_collect(cfg)
         out[task] = {"episodes": c.episodes, "successes": c.successes, "frames": c.frames,
@@ -155,6 +158,17 @@ def parse_dart(dart: str, tasks: str, during: str) -> dict[str, tuple[float, int
 
 
 # -------------------------------------------------------------------------------------------------- training
+def parse_grasp_recovery(items: str) -> dict[str, float]:
+    """``--grasp-recovery`` (comma list of TASK:P) -> task -> probability."""
+    out = {}
+    for item in filter(None, items.split(",")):
+        task, _, prob = item.partition(":")
+        if task not in ("so101_lift", "so101_pick") or not prob:
+            raise ValueError(f"--grasp-recovery: {item!r} is not TASK:P with TASK so101_lift or so101_pick")
+        out[task] = float(prob)
+    return out
+
+
 def _child_peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
 
@@ -434,6 +448,9 @@ def main() -> None:
                         "TASK:STD:DURING its own std and phases (episode or approach)")
     p.add_argument("--dart-during", choices=DISTURBANCE_DURING, default="approach",
                    help="approach: disturb only the expert's way to the object, not its grasp or push")
+    p.add_argument("--grasp-recovery", default="",
+                   help="comma list of TASK:P (so101_lift, so101_pick): each demo's first grasp botched with "
+                        "probability P, the expert's correction recorded (robot-rl collect grasp_recovery)")
     p.add_argument("--image", type=int, default=IMAGE,
                    help="camera images are this many pixels square (collection; the policy takes the dataset's size)")
     p.add_argument("--minutes", type=float, default=15.0,
@@ -503,6 +520,7 @@ def main() -> None:
                                          "eval_episodes": a.episodes, "cameras": list(CAMERAS), "image": a.image,
                                          "dart_disturbance": a.dart, "dart_tasks": a.dart_tasks,
                                          "dart_during": a.dart_during,
+                                         **({"grasp_recovery": a.grasp_recovery} if a.grasp_recovery else {}),
                                          "visual_randomization": DR, "tasks": list(TASKS),
                                          "collect_overrides": COLLECT_OVERRIDES}}
     collect_record = a.data.parent / f"{a.data.name}_collect.json"  # beside the dataset, never inside it
@@ -510,7 +528,8 @@ def main() -> None:
         shutil.rmtree(a.data, ignore_errors=True)
         t = time.perf_counter()
         dart = parse_dart(a.dart, a.dart_tasks, a.dart_during)
-        record = {"collect": collect(a.data, a.demos, a.num_envs, a.seed, a.image, dart),
+        record = {"collect": collect(a.data, a.demos, a.num_envs, a.seed, a.image, dart,
+                                     parse_grasp_recovery(a.grasp_recovery)),
                   "collect_s": round(time.perf_counter() - t, 1)}
         collect_record.write_text(json.dumps(record, indent=1))
     if collect_record.is_file():  # the record of the collection that made --data (this run's or an earlier one's)

@@ -22,6 +22,14 @@ with probability ``1 - quality``, drawn from the expert's own seeded generator -
 (the arm held still for a while), a detour (the approach aims beside the object first, then corrects), and where
 the task has them a missed grasp (closing above the cube, then starting over), a dropped cube (let go while lifting,
 then starting over) and the wrong cube first (so101_pick).
+
+``grasp_recovery`` (tasks with a grasp: lift, pick) is the grasp's counterpart of DART's disturbed approach: with
+that probability per episode the first grasp is botched on purpose -- the jaws go down beside the cube and askew
+(``BOTCH_XY``, ``BOTCH_Z``, ``BOTCH_YAW_DEG``, the way a learned policy's failed grasps miss), close there, and the
+expert starts over when the lift finds no cube between the pads. While it botches, ``label_action`` holds what the
+expert would command from each state it passes through instead (the straight way down to the true grasp pose, the
+jaws open), and a recorder writes that as the demonstration's ``action``: the demos visit a learner's near misses
+and show the correction, never the miss itself. ``label_action`` is None when no episode carries the option.
 """
 
 from __future__ import annotations
@@ -50,6 +58,12 @@ PAUSE_STEPS = (10, 30)  # control steps it stays still, uniform in [low, high)
 DETOUR = (0.04, 0.06)  # m, how far beside the approach waypoint the first approach aims (random heading, 0-2 cm up)
 MISS_HEIGHT = (0.025, 0.035)  # m, how far above the grasp height a missed grasp closes
 DROP_AFTER = (1, 4)  # control steps into the lift at which a dropped cube is let go (success comes ~4 in)
+# A botched first grasp (``grasp_recovery``), drawn per episode: the grasp site's offset beside the cube (random
+# heading), above it, and the jaws' yaw error (random sign). The flow VLA's failed picks closed 1.6 cm off, 1.3 cm
+# high and 24 deg askew (medians; vla_bc.json -> pick_failure_geometry_2026_12_05).
+BOTCH_XY = (0.010, 0.025)  # m
+BOTCH_Z = (0.0, 0.012)  # m
+BOTCH_YAW_DEG = (10.0, 35.0)
 
 
 class ScriptedExpert:
@@ -62,6 +76,8 @@ class ScriptedExpert:
         ik_iters: damped-least-squares iterations per step.
         quality: in [0, 1]; each flaw of an episode is on with probability ``1 - quality`` (1.0: none, ever).
         seed: seeds the draws of the flaws (and of the action noise).
+        grasp_recovery: in [0, 1]; the probability that an episode's first grasp is botched and corrected (module
+            docstring); its draws come from a generator of their own, so the flaws stay those of ``seed``.
     """
 
     site = "grasp"
@@ -71,11 +87,14 @@ class ScriptedExpert:
     approach_phases: tuple[int, ...] | None = None
 
     def __init__(self, task: Task, num_envs: int, obs_spec: ObsSpec, ik_iters: int = 30, quality: float = 1.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, grasp_recovery: float = 0.0) -> None:
         if not 0.0 <= float(quality) <= 1.0:
             raise ValueError(f"expert quality must lie in [0, 1], got {quality}")
-        self.quality = float(quality)
+        if not 0.0 <= float(grasp_recovery) <= 1.0:
+            raise ValueError(f"expert grasp_recovery must lie in [0, 1], got {grasp_recovery}")
+        self.quality, self.grasp_recovery = float(quality), float(grasp_recovery)
         self.rng = np.random.default_rng(seed)
+        self.recovery_rng = np.random.default_rng([seed, 1])
         self.cfg, self.obs_spec, self.num_envs = task.cfg, obs_spec, num_envs
         self.model = task.build_spec().compile()  # the expert's own model: its IK never touches the env
         self.data = mujoco.MjData(self.model)
@@ -96,7 +115,12 @@ class ScriptedExpert:
         self.detour = np.zeros((num_envs, 3))  # m, added to the first approach waypoint until it is reached
         self.miss = np.zeros(num_envs)  # m, added to the first grasp height (0: no miss)
         self.drop = np.zeros(num_envs, dtype=int)  # the first lift lets go after this many steps (0: it holds on)
+        self.botch = np.zeros((num_envs, 4))  # a botched first grasp: site offset (m) [3], yaw error (rad); 0: none
         self._hold = np.zeros((num_envs, 6))
+        # grasp_recovery: the command from the state each env is in, where it differs from the one sent (rad [N, 6])
+        self._label_q = np.zeros((num_envs, 6))
+        self._relabelled = np.zeros(num_envs, dtype=bool)
+        self.label_action: torch.Tensor | None = None  # [N, 6] in [-1, 1] as of the last act; None: never differs
         self.reset()
 
     def reset(self, env_ids: torch.Tensor | None = None) -> None:
@@ -120,6 +144,14 @@ class ScriptedExpert:
         self.miss[ids] = np.where(on[:, 3], rng.uniform(*MISS_HEIGHT, n), 0.0)
         self.drop[ids] = np.where(on[:, 4], rng.integers(*DROP_AFTER, n), 0)
         self._draw_task_flaws(ids, on[:, 5])
+        self.botch[ids] = 0.0
+        if self.grasp_recovery > 0:
+            r = self.recovery_rng
+            botched = r.random(n) < self.grasp_recovery
+            heading, dist = r.uniform(0, 2 * np.pi, n), r.uniform(*BOTCH_XY, n)
+            yaw = np.deg2rad(r.uniform(*BOTCH_YAW_DEG, n)) * r.choice([-1.0, 1.0], n)
+            botch = np.stack([dist * np.cos(heading), dist * np.sin(heading), r.uniform(*BOTCH_Z, n), yaw], axis=1)
+            self.botch[ids] = np.where(botched[:, None], botch, 0.0)
 
     def _draw_task_flaws(self, ids: np.ndarray, on: np.ndarray) -> None:
         """A task's own flaw for the episodes starting in ``ids`` where ``on`` (bool [len(ids)])."""
@@ -129,6 +161,7 @@ class ScriptedExpert:
         q = self.obs_spec.part(obs, "joint_pos", GROUPS)
         self.seen = {name: self.obs_spec.part(obs, name, GROUPS).detach().cpu().double().numpy()
                      for name in ("joint_pos", *self.parts)}
+        self._relabelled[:] = False
         for i in range(self.num_envs):
             start, stop = self.pause[i]
             if start <= self.steps[i] < stop:  # holding still: the arm where it stood, the gripper as commanded
@@ -142,11 +175,21 @@ class ScriptedExpert:
                 self.timer[i] += 1
             self.steps[i] += 1
         target = torch.as_tensor(self._q_target, dtype=torch.float32)
-        action = self.arm.ctrl_to_action(q.detach().float().cpu(), target)
+        q_cpu = q.detach().float().cpu()
+        action = self.arm.ctrl_to_action(q_cpu, target)
         if self.noise_std.any():
             noise = self.rng.standard_normal((self.num_envs, 6)) * self.noise_std[:, None]
             action = (action + torch.as_tensor(noise, dtype=torch.float32)).clamp(-1.0, 1.0)
+        if self.grasp_recovery > 0:
+            label = action.clone()
+            rows = torch.as_tensor(self._relabelled)
+            label[rows] = self.arm.ctrl_to_action(q_cpu, torch.as_tensor(self._label_q, dtype=torch.float32))[rows]
+            self.label_action = label.to(q.device)
         return action.to(q.device)
+
+    def _relabel(self, i: int, target: np.ndarray) -> None:
+        """Env ``i``'s demonstration records ``target`` (rad [6]) this step instead of the command it sends."""
+        self._label_q[i], self._relabelled[i] = target, True
 
     @property
     def approaching(self) -> np.ndarray:
@@ -223,19 +266,20 @@ class LiftExpert(ScriptedExpert):
         cube, _, contacts = self._cube(i)
         yaw = float(self.memo["yaw"][i])
         site = self._site_pos()
-        if self.phase[i] == 1:  # above the cube, open (beside it first, on a detour)
+        phase = int(self.phase[i])  # this step's phase (an advance below takes effect at the next step)
+        botched = bool(self.botch[i].any())
+        true_goal = cube + [0, 0, 0.002 + self.miss[i]]
+        if phase == 1:  # above the cube, open (beside it first, on a detour)
             goal, grip = cube + [0, 0, 0.06] + self.detour[i], GRIPPER_OPEN
             if (np.linalg.norm(site - goal) < 0.012 or self.timer[i] > 60) and self._approached(i):
                 self._advance(i)
-        elif self.phase[i] == 2:  # down around it (closing too high on a missed grasp)
-            goal, grip = cube + [0, 0, 0.002 + self.miss[i]], GRIPPER_OPEN
+        elif phase == 2:  # down around it (closing too high on a missed grasp; beside it and askew when botched)
+            goal, grip = true_goal + self.botch[i, :3], GRIPPER_OPEN
             self.memo.setdefault("close_at", np.zeros((self.num_envs, 3)))[i] = goal
             if np.linalg.norm(site - goal) < 0.006 or self.timer[i] > 40:
                 self._advance(i)
-            if self.descent_speed is not None:  # a straight line down: the jaws swing into no neighbour
-                step = goal - site
-                goal = site + step * min(1.0, self.descent_speed / max(float(np.linalg.norm(step)), 1e-9))
-        elif self.phase[i] == 3:  # close where the descent ended: following a cube that one jaw nudges chases it away
+            goal = self._descend(site, goal)
+        elif phase == 3:  # close where the descent ended: following a cube that one jaw nudges chases it away
             goal, grip = self.memo["close_at"][i], GRIPPER_CLOSED
             if self.timer[i] > 12:
                 self._advance(i)
@@ -245,7 +289,19 @@ class LiftExpert(ScriptedExpert):
                 grip = GRIPPER_OPEN
             if self.timer[i] > 6 and contacts.min() < 0.5:
                 self.phase[i], self.timer[i], self.miss[i], self.drop[i] = 0, 0, 0.0, 0
-        return np.append(self._ik(goal, yaw), grip)
+                self.botch[i] = 0.0  # only the first grasp is botched
+        if botched and (phase in (2, 3) or (phase >= 4 and contacts.min() < 0.5)):  # no cube held: the way to it
+            self._relabel(i, np.append(self._ik(self._descend(site, true_goal), yaw), GRIPPER_OPEN))
+        botch_yaw = self.botch[i, 3] if phase in (2, 3) else 0.0
+        return np.append(self._ik(goal, yaw + botch_yaw), grip)
+
+    def _descend(self, site: np.ndarray, goal: np.ndarray) -> np.ndarray:
+        """The next waypoint toward ``goal`` (m [3]): the goal itself, or a step of ``descent_speed`` along the
+        straight line to it (the jaws swing into no neighbour)."""
+        if self.descent_speed is None:
+            return goal
+        step = goal - site
+        return site + step * min(1.0, self.descent_speed / max(float(np.linalg.norm(step)), 1e-9))
 
 
 class PickExpert(LiftExpert):
@@ -339,7 +395,7 @@ def make_expert(env: MujocoFamilyEnv, quality: float = 1.0, seed: int = 0, **kwa
         env: the env (or a ``LeRobotView``'s inner env, ``view.env``) whose task the expert solves.
         quality: in [0, 1]; 1.0 is the expert as written, lower mixes flawed episodes in (module docstring).
         seed: seeds the expert's flaws and action noise.
-        **kwargs: ``ik_iters``.
+        **kwargs: ``ik_iters``, ``grasp_recovery`` (lift and pick; module docstring).
     """
     task = env.task
     if task.name not in EXPERTS:

@@ -12,7 +12,7 @@ view is stepped with what that action commands, ``view.to_target(action)``. A po
 then degree targets), else on the inner env's observation (its actions are the env's, converted with
 ``view.to_target``). The recorded ``action`` is what the view really commanded (``info["action"]``, clipped to the
 per-step cap and the joint limits, RELIABILITY.md A2), except under ``disturbance`` (DART, ``ExpertActor``), where
-it is the expert's undisturbed command; ``policy_action`` is the policy's own proposal (the expert: equal to the
+it is the expert's undisturbed command, and during a ``grasp_recovery`` botch, where it is the expert's correction; ``policy_action`` is the policy's own proposal (the expert: equal to the
 action). With ``env_state=true`` each frame also holds what a state-based learner needs
 (``robot_rl.data.demo_buffer``): LeRobot's ``observation.environment_state`` = the inner env's ``policy`` observation
 at that frame, ``env_critic_state`` = its ``critic`` observation (where the task has one) and ``env_action`` = the
@@ -70,6 +70,9 @@ class CollectCommand:
     # "episode": disturbed throughout; "approach": only while the expert approaches (ScriptedExpert.approaching:
     # above the cube for lift / push / pick, the whole of reach), so grasps and pushes are shown undisturbed
     disturbance_during: str = "episode"
+    # lift / pick: the probability that an episode's first grasp is botched (beside the cube, askew) and corrected,
+    # the correction recorded as the action (sim.experts: the grasp's counterpart of a DART approach)
+    grasp_recovery: float = 0.0
     dataset: RecorderConfig = field(default_factory=RecorderConfig)
     task: Any = None
     sim: Any = None
@@ -84,6 +87,11 @@ class CollectCommand:
         check_disturbance(self.disturbance, self.disturbance_steps, self.disturbance_during)
         if self.disturbance > 0 and self.policy is not None:
             raise ValueError("disturbance applies to the scripted expert's demonstrations; it cannot be combined "
+                             "with policy=")
+        if not 0.0 <= self.grasp_recovery <= 1.0:
+            raise ValueError(f"grasp_recovery must lie in [0, 1], got {self.grasp_recovery}")
+        if self.grasp_recovery > 0 and self.policy is not None:
+            raise ValueError("grasp_recovery applies to the scripted expert's demonstrations; it cannot be combined "
                              "with policy=")
 
 
@@ -120,6 +128,8 @@ class ExpertActor:
     the states a learner's own errors lead to and show the way back from them. The gripper is never disturbed.
     ``during="approach"`` disturbs only the steps where the expert approaches (``expert.approaching``): the way to
     the object is shown from off its path, the grasp or push as the expert does it (noise there fails them).
+    An expert that botches grasps on purpose (``grasp_recovery``) gives its correction as ``label_action``; that is
+    then the label, with or without a disturbance.
     """
 
     def __init__(self, view: Any, expert: Any, disturbance: float = 0.0, disturbance_steps: int = 1,
@@ -135,9 +145,12 @@ class ExpertActor:
 
     def __call__(self, frames: dict[str, Any]) -> tuple[torch.Tensor, None, int]:
         action = self.expert.act(self.view.env_obs)
+        correction = getattr(self.expert, "label_action", None)  # grasp_recovery: what to record where it differs
         if self.disturbance == 0.0:
-            return self.view.to_target(action), None, keys.ACTOR_HUMAN
-        self.label = self.view.to_target(action)
+            if correction is not None:
+                self.label = self.view.to_target(correction)
+            return self.view.to_target(action), None, keys.ACTOR_HUMAN  # the view applies the last to_target's rows
+        self.label = self.view.to_target(action if correction is None else correction)
         fresh = self._age >= self.disturbance_steps
         draws = torch.randn(int(fresh.sum()), 5, generator=self._gen) * self.disturbance
         self._noise[fresh, :5], self._age[fresh] = draws, 0
@@ -313,9 +326,11 @@ def collect(cfg: Any) -> Collected:
         vectors = {} if env_state is None else {
             **{col: env.obs_spec.shapes[g][0] for col, g in env_state.items()}, keys.ENV_ACTION_COL: env.action_dim}
         spec = DatasetSpec(fps, tuple(LEROBOT_STATE_NAMES), {cam: size for cam in cameras}, vectors=vectors)
-        actor = ExpertActor(view, make_expert(env, quality=c.quality, seed=c.seed), c.disturbance,
-                            c.disturbance_steps, c.seed, c.disturbance_during) if policy is None else \
-            PolicyActor(view, policy)
+        if policy is None:
+            expert = make_expert(env, quality=c.quality, seed=c.seed, grasp_recovery=c.grasp_recovery)
+            actor = ExpertActor(view, expert, c.disturbance, c.disturbance_steps, c.seed, c.disturbance_during)
+        else:
+            actor = PolicyActor(view, policy)
         recorder = EpisodeRecorder(c.dataset, spec, env.num_envs, env.max_episode_length)
         bar = tqdm(total=c.episodes, unit="ep", desc="collect", disable=not c.progress, file=sys.stderr)
         try:
