@@ -157,7 +157,6 @@ def parse_dart(dart: str, tasks: str, during: str) -> dict[str, tuple[float, int
     return out
 
 
-# -------------------------------------------------------------------------------------------------- training
 def parse_grasp_recovery(items: str) -> dict[str, float]:
     """``--grasp-recovery`` (comma list of TASK:P) -> task -> probability."""
     out = {}
@@ -169,6 +168,7 @@ def parse_grasp_recovery(items: str) -> dict[str, float]:
     return out
 
 
+# -------------------------------------------------------------------------------------------------- training
 def _child_peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
 

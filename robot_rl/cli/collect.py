@@ -7,17 +7,18 @@ The env is seen through ``sim.lerobot_view.LeRobotView``: frames in LeRobot's co
 degrees, ``observation.images.<cam>`` uint8, ``task``), actions as joint targets in degrees. ``task.cameras`` and
 ``task.image_width/height`` say what is recorded: the view renders those cameras (the inner task renders none), only
 for the envs still recording. The expert acts on the inner env's observation (``expert.act(view.env_obs)``) and the
-view is stepped with what that action commands, ``view.to_target(action)``. A policy acts through an
-``ActionQueue``: on the frames when it reads LeRobot frames (its inputs name ``observation.state``; its actions are
-then degree targets), else on the inner env's observation (its actions are the env's, converted with
-``view.to_target``). The recorded ``action`` is what the view really commanded (``info["action"]``, clipped to the
-per-step cap and the joint limits, RELIABILITY.md A2), except under ``disturbance`` (DART, ``ExpertActor``), where
-it is the expert's undisturbed command, and during a ``grasp_recovery`` botch, where it is the expert's correction; ``policy_action`` is the policy's own proposal (the expert: equal to the
-action). With ``env_state=true`` each frame also holds what a state-based learner needs
-(``robot_rl.data.demo_buffer``): LeRobot's ``observation.environment_state`` = the inner env's ``policy`` observation
-at that frame, ``env_critic_state`` = its ``critic`` observation (where the task has one) and ``env_action`` = the
-action the inner env applied (its own space, in [-1, 1]); the default layout is LeRobot's frame alone. Each env records its share of the episodes, its first ones, so short (often successful)
-episodes are not over-represented.
+view is stepped with what that action commands, ``view.to_target(action)``. A policy acts through an ``ActionQueue``:
+on the frames when it reads LeRobot frames (its inputs name ``observation.state``; its actions are then degree
+targets), else on the inner env's observation (its actions are the env's, converted with ``view.to_target``). The
+recorded ``action`` is what the view really commanded (``info["action"]``, clipped to the per-step cap and the joint
+limits, RELIABILITY.md A2), except under ``disturbance`` (DART, ``ExpertActor``), where it is the expert's undisturbed
+command, and during a ``grasp_recovery`` botch, where it is the expert's correction; ``policy_action`` is the policy's
+own proposal (the expert: equal to the action). With ``env_state=true`` each frame also holds what a state-based
+learner needs (``robot_rl.data.demo_buffer``): LeRobot's ``observation.environment_state`` = the inner env's
+``policy`` observation at that frame, ``env_critic_state`` = its ``critic`` observation (where the task has one) and
+``env_action`` = the action the inner env applied (its own space, in [-1, 1]); the default layout is LeRobot's frame
+alone. Each env records its share of the episodes, its first ones, so short (often successful) episodes are not
+over-represented.
 Episodes are written by ``robot_rl.data.recorder.EpisodeRecorder``: each whole when it ends, committed, so a crash,
 Ctrl-C or SIGTERM loses at most the episodes still running, and a full disk stops with exit status 4.
 """
