@@ -159,11 +159,14 @@ def parse_dart(dart: str, tasks: str, during: str) -> dict[str, tuple[float, int
 
 def parse_grasp_recovery(items: str) -> dict[str, float]:
     """``--grasp-recovery`` (comma list of TASK:P) -> task -> probability."""
+    from sim.experts import EXPERTS
+
+    grasping = sorted(task for task in TASKS if EXPERTS[task].grasps)
     out = {}
     for item in filter(None, items.split(",")):
         task, _, prob = item.partition(":")
-        if task not in ("so101_lift", "so101_pick") or not prob:
-            raise ValueError(f"--grasp-recovery: {item!r} is not TASK:P with TASK so101_lift or so101_pick")
+        if task not in grasping or not prob:
+            raise ValueError(f"--grasp-recovery: {item!r} is not TASK:P with TASK one of {grasping}")
         out[task] = float(prob)
     return out
 

@@ -85,6 +85,7 @@ class ScriptedExpert:
     # Phases that bring the tool to where the task's contact starts (above the cube); None: the whole episode is one
     # approach (reach). ``approaching`` reads them, for DART demos that disturb the approach and not the grasp.
     approach_phases: tuple[int, ...] | None = None
+    grasps = False  # whether the task has a grasp that ``grasp_recovery`` can botch
 
     def __init__(self, task: Task, num_envs: int, obs_spec: ObsSpec, ik_iters: int = 30, quality: float = 1.0,
                  seed: int = 0, grasp_recovery: float = 0.0) -> None:
@@ -92,6 +93,9 @@ class ScriptedExpert:
             raise ValueError(f"expert quality must lie in [0, 1], got {quality}")
         if not 0.0 <= float(grasp_recovery) <= 1.0:
             raise ValueError(f"expert grasp_recovery must lie in [0, 1], got {grasp_recovery}")
+        if grasp_recovery > 0 and not self.grasps:
+            raise ValueError(f"grasp_recovery: {task.name}'s expert has no grasp to botch (experts with one: "
+                             f"{sorted(name for name, cls in EXPERTS.items() if cls.grasps)})")
         self.quality, self.grasp_recovery = float(quality), float(grasp_recovery)
         self.rng = np.random.default_rng(seed)
         self.recovery_rng = np.random.default_rng([seed, 1])
@@ -243,6 +247,7 @@ class LiftExpert(ScriptedExpert):
 
     parts = ("cube_pos", "cube_quat", "pad_contacts")
     approach_phases = (0, 1)  # choose the cube, go above it; then down, close, lift
+    grasps = True
     descent_speed: float | None = None  # m per control step along the straight line down; None: IK straight to it
 
     def _cube(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -36,6 +36,9 @@ def test_the_botch_is_drawn_apart_from_the_quality_flaws():
         assert (make_expert(env, seed=3, grasp_recovery=0.5).botch.any(axis=1)).sum() in range(1, 8)
     with pytest.raises(ValueError, match="grasp_recovery"):
         make_expert(env, grasp_recovery=1.5)
+    with (make_env("so101_push", SimConfig(num_envs=1, num_threads=1), task_config("so101_push", {})) as push,
+          pytest.raises(ValueError, match="no grasp to botch")):
+        make_expert(push, grasp_recovery=0.3)
     with pytest.raises(ValueError, match="cannot be combined"):
         CollectCommand(policy="runs/x", grasp_recovery=0.3)
 
