@@ -18,6 +18,7 @@ from robot_rl.data.labels import (
     read_sidecar,
     rewards,
     smooth_advantages,
+    solved_frames,
     task_thresholds,
     value_targets,
     write_sidecar,
@@ -45,6 +46,27 @@ def test_rewards_sum_to_the_value_targets():
     _, end = episode_bounds(EPS)
     to_end = np.array([r[i:end[i] + 1].sum() for i in range(len(r))])
     np.testing.assert_array_equal(to_end, value_targets(EPS, SUCCESS, M, C))
+
+
+def test_solved_frames_from_a_reward_column_or_a_list_of_episodes():
+    # LeRobot's HIL-SERL recorder: next.reward 1.0 on the frame success is flagged, 0 elsewhere (here a 0.3 below the
+    # threshold and a -1 penalty, neither a success)
+    cols = {"episode_index": EPS, "next.success": SUCCESS,
+            "next.reward": np.array([0.0, 0.25, 1.0, 0.0, -1.0, 0.0, 0.0], dtype=np.float32)}
+    np.testing.assert_array_equal(solved_frames(cols, LabelConfig()), SUCCESS)
+    np.testing.assert_array_equal(solved_frames(cols, LabelConfig(success_column="next.reward")), SUCCESS)
+    at_threshold = LabelConfig(success_column="next.reward", success_threshold=0.25)  # solved at >= the threshold
+    np.testing.assert_array_equal(solved_frames(cols, at_threshold), [False, True, True, False, False, False, False])
+    # named episodes: each solved on its last frame, the others failed, whatever the columns say
+    np.testing.assert_array_equal(solved_frames(cols, LabelConfig(successful_episodes=[1])),
+                                  [False, False, False, False, False, False, True])
+    np.testing.assert_array_equal(solved_frames(cols, LabelConfig(successful_episodes=[])), np.zeros(7, dtype=bool))
+    with pytest.raises(ValueError, match=r"episodes \[5\]"):
+        solved_frames(cols, LabelConfig(successful_episodes=[0, 5]))
+    with pytest.raises(ValueError, match="'next.done'"):
+        solved_frames(cols, LabelConfig(success_column="next.done"))
+    with pytest.raises(ValueError, match="successful_episodes"):
+        LabelConfig(successful_episodes=[-1])
 
 
 def test_n_step_advantages_by_hand():

@@ -1,6 +1,7 @@
 """``robot-rl offline algo=recap|awr`` end to end: the dataset is byte-for-byte untouched after a failed and a
 successful run, a dataset without ``next.success`` is refused before any training (naming the column and how to add
-it), the export carries β and acts without the value model, and a tiny dataset recorded by ``robot-rl collect``
+it), a recording in the schema of LeRobot's HIL-SERL recorder labels its outcomes from ``next.reward`` or from named
+episodes, the export carries β and acts without the value model, and a tiny dataset recorded by ``robot-rl collect``
 trains and evaluates."""
 
 from __future__ import annotations
@@ -67,6 +68,56 @@ def test_a_dataset_without_next_success_fails_before_training_and_stays_untouche
         assert not (tmp_path / algo).exists()  # refused before anything was trained or written
     assert tree_hash(root) == before
     assert _offline("bc", root, tmp_path / "bc", "steps=2") == 0  # BC needs no outcome
+    assert tree_hash(root) == before
+
+
+def _hil_serl_dataset(root: Path) -> Path:
+    """A dataset in the schema of LeRobot's HIL-SERL recorder (lerobot/rl/gym_manipulator.py, mode=record), written
+    with LeRobot's own API: end-effector delta actions, unnamed state, channels-first video, ``next.reward`` 1.0 on
+    the frame success is flagged, ``next.done``, the discrete gripper penalty; no ``next.success``. Episodes 0 and 2
+    succeed (12 and 15 frames), 1 and 3 fail (9 and 10)."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    cam = {"dtype": "video", "shape": (3, 32, 32), "names": ["channels", "height", "width"]}
+    features = {keys.ACTION_COL: {"dtype": "float32", "shape": (4,), "names": ["delta_x", "delta_y", "delta_z",
+                                                                             "gripper"]},
+                keys.REWARD_COL: {"dtype": "float32", "shape": (1,), "names": None},
+                "next.done": {"dtype": "bool", "shape": (1,), "names": None},
+                "complementary_info.discrete_penalty": {"dtype": "float32", "shape": (1,),
+                                                        "names": ["discrete_penalty"]},
+                keys.OBS_STATE: {"dtype": "float32", "shape": (18,), "names": None},
+                keys.lerobot_image_key("front"): cam}
+    ds = LeRobotDataset.create("local/" + root.name, fps=10, features=features, root=root, use_videos=True)
+    rng = np.random.default_rng(0)
+    for length, ok in ((12, True), (9, False), (15, True), (10, False)):
+        for i in range(length):
+            last = i == length - 1
+            ds.add_frame({keys.OBS_STATE: rng.normal(size=18).astype(np.float32),
+                          keys.lerobot_image_key("front"): rng.integers(0, 255, (3, 32, 32), dtype=np.uint8),
+                          keys.ACTION_COL: rng.normal(size=4).astype(np.float32),
+                          keys.REWARD_COL: np.array([float(ok and last)], np.float32), "next.done": np.array([last]),
+                          "complementary_info.discrete_penalty": np.zeros(1, np.float32), "task": "pick up the cube"})
+        ds.save_episode()
+    ds.finalize()
+    return root
+
+
+def test_a_hil_serl_recording_labels_its_outcomes_from_next_reward_or_named_episodes(tmp_path, capsys):
+    root = _hil_serl_dataset(tmp_path / "hil_serl")
+    before = tree_hash(root)
+    assert _offline("recap", root, tmp_path / "refused", "steps=2") == 2
+    err = capsys.readouterr().err
+    assert "no 'next.success' column" in err and "algo.labels.success_column=next.reward" in err, err
+    assert "algo.labels.successful_episodes" in err and not (tmp_path / "refused").exists()
+    # M = 15 (the longest episode): a success's targets -(frames to its last frame) / 15, a failure's -1
+    expected = np.concatenate([-np.arange(11, -1, -1) / 15, -np.ones(9), -np.arange(14, -1, -1) / 15, -np.ones(10)])
+    for algo, how in (("recap", "algo.labels.success_column=next.reward"),
+                      ("awr", "algo.labels.successful_episodes=[0,2]")):
+        assert _offline(algo, root, tmp_path / algo, "steps=2", how) == 0, capsys.readouterr().err
+        labels, _ = read_sidecar(tmp_path / algo / "labels")
+        np.testing.assert_allclose(labels.value_target, expected, atol=1e-6, err_msg=algo)
+    assert _offline("awr", root, tmp_path / "bad_list", "steps=2", "algo.labels.successful_episodes=[0,7]") == 2
+    assert "episodes [7]" in capsys.readouterr().err and not (tmp_path / "bad_list").exists()
     assert tree_hash(root) == before
 
 

@@ -33,7 +33,15 @@ from policies.flow_vla import CONDITION_KEY
 from robot_rl.algos.guard import NonFiniteGuard, guarded_step
 from robot_rl.algos.optim import adamw
 from robot_rl.algos.precision import bf16_autocast, check_bf16
-from robot_rl.data.labels import LabelConfig, Labels, compute_labels, read_sidecar, targets_for, write_sidecar
+from robot_rl.data.labels import (
+    LabelConfig,
+    Labels,
+    compute_labels,
+    read_sidecar,
+    solved_frames,
+    targets_for,
+    write_sidecar,
+)
 from robot_rl.models.value import ValueConfig, ValueModel
 from robot_rl.models.voc import success_auc, value_order_correlation
 
@@ -192,25 +200,45 @@ def load_value_model(folder: str | Path, device: torch.device | str = "cpu") -> 
 
 
 # ------------------------------------------------------------------------------------------- the stage
-def check_outcome_columns(meta: Any) -> None:
-    """Refuse a dataset without ``next.success`` before anything is decoded or trained.
+def check_outcome_columns(meta: Any, labels: LabelConfig | None = None) -> None:
+    """Refuse a dataset whose outcomes ``labels`` cannot read (by default its ``next.success`` column) before
+    anything is decoded or trained.
 
     Raises:
-        ValueError: naming the column and how to add it.
+        ValueError: naming the column, and how to label the dataset's outcomes instead.
     """
-    if keys.SUCCESS_COL not in meta.features:
-        raise ValueError(
-            f"dataset {meta.root} has no {keys.SUCCESS_COL!r} column: RECAP and AWR need each episode's outcome "
-            f"(bool [1] per frame, True from the frame the task is solved, as lerobot-eval writes it). Record with "
-            f"`robot-rl collect` (it writes {keys.SUCCESS_COL!r} and {keys.INTERVENTION_COL!r}), or add the column "
-            f"to a copy of the dataset with lerobot.datasets.dataset_tools.add_features(dataset, "
-            f"features={{{keys.SUCCESS_COL!r}: (values, {{'dtype': 'bool', 'shape': (1,), 'names': None}})}}, "
-            f"output_dir=NEW_DIR); algo=bc needs no outcomes")
+    labels = labels or LabelConfig()
+    if labels.successful_episodes is not None:
+        held = {int(e) for e in np.asarray(meta.episodes["episode_index"]).reshape(-1)}
+        outside = sorted({int(e) for e in labels.successful_episodes} - held)
+        if outside:
+            raise ValueError(f"algo.labels.successful_episodes lists episodes {outside} that dataset {meta.root} "
+                             f"does not hold (it has {len(held)}: {min(held, default=None)}..{max(held, default=None)})")
+        return
+    col = labels.success_column
+    if col in meta.features:
+        return
+    hint = ""
+    if col == keys.SUCCESS_COL and keys.REWARD_COL in meta.features:
+        hint = (f" This dataset has {keys.REWARD_COL!r}: LeRobot's HIL-SERL recorder (gym_manipulator) writes 1.0 "
+                f"there on the frame success is flagged, and algo.labels.success_column={keys.REWARD_COL} reads "
+                f"success from it (frames >= algo.labels.success_threshold).")
+    raise ValueError(
+        f"dataset {meta.root} has no {col!r} column: RECAP and AWR need each episode's outcome (per frame, true "
+        f"from the frame the task is solved, as lerobot-eval writes {keys.SUCCESS_COL!r}).{hint} Record with "
+        f"`robot-rl collect` (it writes {keys.SUCCESS_COL!r} and {keys.INTERVENTION_COL!r}), name the episodes that "
+        f"succeeded with algo.labels.successful_episodes=[...] (each solved on its last frame), or add the column "
+        f"to a copy of the dataset with lerobot.datasets.dataset_tools.add_features(dataset, "
+        f"features={{{keys.SUCCESS_COL!r}: (values, {{'dtype': 'bool', 'shape': (1,), 'names': None}})}}, "
+        f"output_dir=NEW_DIR); algo=bc needs no outcomes")
 
 
-def outcome_columns(meta: Any) -> list[str]:
-    """The extra columns the labels read: ``next.success`` and, where the dataset has it, ``intervention``."""
-    return [keys.SUCCESS_COL] + ([keys.INTERVENTION_COL] if keys.INTERVENTION_COL in meta.features else [])
+def outcome_columns(meta: Any, labels: LabelConfig | None = None) -> list[str]:
+    """The extra columns the labels read: the success column (none with ``successful_episodes``) and, where the
+    dataset has it, ``intervention``."""
+    labels = labels or LabelConfig()
+    success = [] if labels.successful_episodes is not None else [labels.success_column]
+    return success + ([keys.INTERVENTION_COL] if keys.INTERVENTION_COL in meta.features else [])
 
 
 def value_config_for(sampler: Any, base: ValueConfig) -> ValueConfig:
@@ -310,6 +338,7 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
     success_col = keys.SUCCESS_COL
     inter_col = keys.INTERVENTION_COL if keys.INTERVENTION_COL in sampler.extras else None
     cols = _frame_table(sampler)
+    cols[success_col] = solved_frames(cols, cfg.labels)  # the outcome as cfg.labels reads it, whatever the column
     labels_dir, value_dir = run_dir / LABELS_DIR, run_dir / VALUE_DIR
     if (labels_dir / "labels.json").is_file():
         labels, meta = read_sidecar(labels_dir)

@@ -227,9 +227,9 @@ def build_offline(cfg: Any) -> OfflineTraining:
             recap_cfg = typed(RecapConfig, algo_raw.pop("recap"), "algo.recap")
             policy_raw = recap_policy_overrides(policy_raw)
         data_meta = read_meta(data_raw["root"])
-        check_outcome_columns(data_meta)
+        check_outcome_columns(data_meta, adv_cfg.labels)
         extra = list(data_raw.get("extra_columns") or [])
-        data_raw["extra_columns"] = extra + [c for c in outcome_columns(data_meta) if c not in extra]
+        data_raw["extra_columns"] = extra + [c for c in outcome_columns(data_meta, adv_cfg.labels) if c not in extra]
     horizon = int(policy_raw.get("horizon", FlowVLAConfig.horizon))  # the chunks the policy learns to predict
     sampler = ChunkSampler(typed(ChunkDatasetConfig, {**data_raw, "horizon": horizon, "history": 1}, "dataset"))
     pretrained = None  # a value model that does not fit: refused before any write (loaded once, used below)

@@ -4,7 +4,8 @@ as pure functions over frame arrays, and the sidecar that stores them beside (ne
 Frames are rows sorted by (episode_index, frame_index), as ``ChunkSampler`` holds them; per-frame arrays are [F].
 With M the task's max episode length (frames) and C the failure penalty (frames, default M):
 
-    value target   successful episode, first success at frame T (``next.success`` first True there):
+    value target   successful episode, first success at frame T (``next.success`` first True there, or as
+                   ``LabelConfig``'s outcome settings read it: ``solved_frames``):
                        y_t = −(T − t) / M          for t ≤ T,     0 after T
                    failed episode of L frames:
                        y_t = max(−1, −(L − t + C) / M)   (= −1 for every frame when C = M)
@@ -50,6 +51,15 @@ class LabelConfig:
     max_episode_length: int | None = None  # M (frames); None: the longest episode of the dataset
     fail_penalty: float | None = None  # C (frames) added to a failed episode's remaining steps; None: M
     smooth_window: int = 1  # W (frames, odd): A averaged over a centred window of its episode; 1: per frame
+    # Where each episode's outcome is read: a frame is solved where ``success_column`` >= ``success_threshold``.
+    # ``next.success`` (bool) is what lerobot-eval and robot-rl collect write; LeRobot's HIL-SERL recorder
+    # (gym_manipulator, mode=record) writes no such column but ``next.reward`` = 1.0 on the frame a human (or its
+    # reward classifier) flags success, so ``next.reward`` reads those datasets as they are.
+    success_column: str = "next.success"
+    success_threshold: float = 0.5
+    # For data with no outcome column (lerobot-record demos, a DAgger rollout): the episodes (episode_index) that
+    # succeeded, each solved on its last frame; every other episode failed. Replaces ``success_column`` when set.
+    successful_episodes: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.n_step < 1:
@@ -63,6 +73,9 @@ class LabelConfig:
             raise ValueError(f"labels max_episode_length must be >= 1, got {self.max_episode_length}")
         if self.fail_penalty is not None and self.fail_penalty < 0:
             raise ValueError(f"labels fail_penalty must be >= 0, got {self.fail_penalty}")
+        if self.successful_episodes is not None and any(int(e) < 0 for e in self.successful_episodes):
+            raise ValueError(f"labels successful_episodes must be episode indices >= 0, got "
+                             f"{list(self.successful_episodes)}")
 
 
 # ------------------------------------------------------------------------------------------- episodes
@@ -93,6 +106,27 @@ def first_success(episode_index: np.ndarray, success: np.ndarray) -> np.ndarray:
         if len(hits):
             out[s:end[s] + 1] = s + hits[0]
     return out
+
+
+def solved_frames(columns: dict[str, np.ndarray], cfg: LabelConfig) -> np.ndarray:
+    """[F] bool, True where a frame is solved, by ``cfg``'s outcome: ``columns[cfg.success_column] >=
+    cfg.success_threshold``, or, with ``cfg.successful_episodes``, the last frame of each listed episode.
+
+    Raises:
+        ValueError: a listed episode is not among the frames, or the success column is missing.
+    """
+    eps = np.asarray(columns["episode_index"]).reshape(-1)
+    if cfg.successful_episodes is not None:
+        missing = sorted({int(e) for e in cfg.successful_episodes} - set(np.unique(eps).tolist()))
+        if missing:
+            raise ValueError(f"labels successful_episodes lists episodes {missing} that the dataset does not hold "
+                             f"(episode_index {int(eps.min())}..{int(eps.max())})")
+        _, end = episode_bounds(eps)
+        return np.isin(eps, np.asarray(cfg.successful_episodes, dtype=np.int64)) & (np.arange(len(eps)) == end)
+    if cfg.success_column not in columns:
+        raise ValueError(f"no {cfg.success_column!r} column among the frames read (algo.labels.success_column)")
+    values = np.asarray(columns[cfg.success_column], dtype=np.float64).reshape(-1)
+    return values >= cfg.success_threshold
 
 
 def max_length(episode_index: np.ndarray, cfg_value: int | None) -> int:
