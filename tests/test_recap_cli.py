@@ -75,7 +75,8 @@ def _hil_serl_dataset(root: Path) -> Path:
     """A dataset in the schema of LeRobot's HIL-SERL recorder (lerobot/rl/gym_manipulator.py, mode=record), written
     with LeRobot's own API: end-effector delta actions, unnamed state, channels-first video, ``next.reward`` 1.0 on
     the frame success is flagged, ``next.done``, the discrete gripper penalty; no ``next.success``. Episodes 0 and 2
-    succeed (12 and 15 frames), 1 and 3 fail (9 and 10)."""
+    succeed (12 and 15 frames), 1 and 3 fail (9 and 10). Plus the learner's saved replay buffer's
+    ``complementary_info.is_intervention`` (0.0 / 1.0): a human took over frames 4-6 of episode 1."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     cam = {"dtype": "video", "shape": (3, 32, 32), "names": ["channels", "height", "width"]}
@@ -85,24 +86,27 @@ def _hil_serl_dataset(root: Path) -> Path:
                 "next.done": {"dtype": "bool", "shape": (1,), "names": None},
                 "complementary_info.discrete_penalty": {"dtype": "float32", "shape": (1,),
                                                         "names": ["discrete_penalty"]},
+                "complementary_info.is_intervention": {"dtype": "float32", "shape": (1,), "names": None},
                 keys.OBS_STATE: {"dtype": "float32", "shape": (18,), "names": None},
                 keys.lerobot_image_key("front"): cam}
     ds = LeRobotDataset.create("local/" + root.name, fps=10, features=features, root=root, use_videos=True)
     rng = np.random.default_rng(0)
-    for length, ok in ((12, True), (9, False), (15, True), (10, False)):
+    for e, (length, ok) in enumerate(((12, True), (9, False), (15, True), (10, False))):
         for i in range(length):
             last = i == length - 1
             ds.add_frame({keys.OBS_STATE: rng.normal(size=18).astype(np.float32),
                           keys.lerobot_image_key("front"): rng.integers(0, 255, (3, 32, 32), dtype=np.uint8),
                           keys.ACTION_COL: rng.normal(size=4).astype(np.float32),
                           keys.REWARD_COL: np.array([float(ok and last)], np.float32), "next.done": np.array([last]),
-                          "complementary_info.discrete_penalty": np.zeros(1, np.float32), "task": "pick up the cube"})
+                          "complementary_info.discrete_penalty": np.zeros(1, np.float32),
+                          "complementary_info.is_intervention": np.array([float(e == 1 and 4 <= i <= 6)], np.float32),
+                          "task": "pick up the cube"})
         ds.save_episode()
     ds.finalize()
     return root
 
 
-def test_a_hil_serl_recording_labels_its_outcomes_from_next_reward_or_named_episodes(tmp_path, capsys):
+def test_a_hil_serl_recording_labels_outcomes_from_next_reward_and_corrections_from_is_intervention(tmp_path, capsys):
     root = _hil_serl_dataset(tmp_path / "hil_serl")
     before = tree_hash(root)
     assert _offline("recap", root, tmp_path / "refused", "steps=2") == 2
@@ -116,6 +120,15 @@ def test_a_hil_serl_recording_labels_its_outcomes_from_next_reward_or_named_epis
         assert _offline(algo, root, tmp_path / algo, "steps=2", how) == 0, capsys.readouterr().err
         labels, _ = read_sidecar(tmp_path / algo / "labels")
         np.testing.assert_allclose(labels.value_target, expected, atol=1e-6, err_msg=algo)
+        assert not labels.intervention.any()  # no 'intervention' column: no corrections
+    run = tmp_path / "corrections"
+    assert _offline("recap", root, run, "steps=2", "algo.labels.success_column=next.reward",
+                    "algo.labels.intervention_column=complementary_info.is_intervention") == 0
+    labels, _ = read_sidecar(run / "labels")
+    taken_over = np.zeros(46, dtype=bool)
+    taken_over[12 + 4:12 + 7] = True
+    np.testing.assert_array_equal(labels.intervention, taken_over)
+    assert labels.advantage_indicator[taken_over].all()  # corrections are forced positive
     assert _offline("awr", root, tmp_path / "bad_list", "steps=2", "algo.labels.successful_episodes=[0,7]") == 2
     assert "episodes [7]" in capsys.readouterr().err and not (tmp_path / "bad_list").exists()
     assert tree_hash(root) == before

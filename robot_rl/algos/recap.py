@@ -235,10 +235,10 @@ def check_outcome_columns(meta: Any, labels: LabelConfig | None = None) -> None:
 
 def outcome_columns(meta: Any, labels: LabelConfig | None = None) -> list[str]:
     """The extra columns the labels read: the success column (none with ``successful_episodes``) and, where the
-    dataset has it, ``intervention``."""
+    dataset has it, the intervention column."""
     labels = labels or LabelConfig()
     success = [] if labels.successful_episodes is not None else [labels.success_column]
-    return success + ([keys.INTERVENTION_COL] if keys.INTERVENTION_COL in meta.features else [])
+    return success + ([labels.intervention_column] if labels.intervention_column in meta.features else [])
 
 
 def value_config_for(sampler: Any, base: ValueConfig) -> ValueConfig:
@@ -336,9 +336,12 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
     value_settings = {"value": value_fields, "targets": targets_cfg}
     summary: dict[str, Any] = {}
     success_col = keys.SUCCESS_COL
-    inter_col = keys.INTERVENTION_COL if keys.INTERVENTION_COL in sampler.extras else None
     cols = _frame_table(sampler)
     cols[success_col] = solved_frames(cols, cfg.labels)  # the outcome as cfg.labels reads it, whatever the column
+    inter_col = None
+    if cfg.labels.intervention_column in sampler.extras:  # corrections as cfg.labels reads them (0/1 or bool)
+        inter_col = keys.INTERVENTION_COL
+        cols[inter_col] = np.asarray(cols[cfg.labels.intervention_column], dtype=np.float64).reshape(-1) >= 0.5
     labels_dir, value_dir = run_dir / LABELS_DIR, run_dir / VALUE_DIR
     if (labels_dir / "labels.json").is_file():
         labels, meta = read_sidecar(labels_dir)

@@ -60,6 +60,10 @@ class LabelConfig:
     # For data with no outcome column (lerobot-record demos, a DAgger rollout): the episodes (episode_index) that
     # succeeded, each solved on its last frame; every other episode failed. Replaces ``success_column`` when set.
     successful_episodes: list[int] | None = None
+    # Where human corrections are read (frames >= 0.5): ``intervention`` as LeRobot's DAgger rollout and robot-rl
+    # write it; a HIL-SERL learner's saved replay buffer has ``complementary_info.is_intervention`` (0.0 / 1.0).
+    # A dataset without the column has no corrections.
+    intervention_column: str = "intervention"
 
     def __post_init__(self) -> None:
         if self.n_step < 1:
