@@ -36,27 +36,30 @@ def action_value(e: int, i: int) -> np.ndarray:
     return state_value(e, i) + np.float32(0.5)
 
 
-def image_value(e: int, i: int, flip: bool = False) -> np.ndarray:
-    """A 4x4 grid of random colours in 8x8 blocks (codec friendly, and unlike every other frame), uint8 [h, w, 3]."""
+def image_value(e: int, i: int, flip: bool = False, size: int = SIZE) -> np.ndarray:
+    """A 4x4 grid of random colours in size/4 blocks (codec friendly, and unlike every other frame), uint8 [h, w, 3]."""
     grid = np.random.default_rng(1000 * e + i).integers(0, 256, (4, 4, 3), dtype=np.uint8)
-    img = grid.repeat(SIZE // 4, 0).repeat(SIZE // 4, 1)
+    img = grid.repeat(size // 4, 0).repeat(size // 4, 1)
     return img[::-1].copy() if flip else img
 
 
 def make_dataset(root: Path, lengths=LENGTHS, use_videos: bool = True, nan_at: tuple[int, int] | None = None,
-                 file_mb: float | None = None, tasks: tuple[str, ...] = ("pick the cube 0", "pick the cube 1")) -> Path:
+                 file_mb: float | None = None, tasks: tuple[str, ...] = ("pick the cube 0", "pick the cube 1"),
+                 without: tuple[str, ...] = (), size: int = SIZE) -> Path:
     """A small SO-101-style dataset written with LeRobot's own API: state/action as ``state_value``/``action_value``,
     cameras front and wrist (32x32), next.success on each episode's last frame, intervention on odd frames, episode
     e's task ``tasks[e % len(tasks)]``. ``file_mb``: LeRobot's data/video file-size cap (tiny: a new file per
-    episode)."""
+    episode). ``without``: columns left out (e.g. ``intervention``, as a lerobot-eval recording lacks it); ``size``:
+    the cameras' side (pixels)."""
     kind = "video" if use_videos else "image"
-    img = {"dtype": kind, "shape": (SIZE, SIZE, 3), "names": ["height", "width", "channels"]}
+    img = {"dtype": kind, "shape": (size, size, 3), "names": ["height", "width", "channels"]}
     features = {keys.OBS_STATE: {"dtype": "float32", "shape": (6,), "names": JOINTS},
                 keys.ACTION_COL: {"dtype": "float32", "shape": (6,), "names": JOINTS},
                 keys.lerobot_image_key("front"): img, keys.lerobot_image_key("wrist"): img,
                 keys.SUCCESS_COL: {"dtype": "bool", "shape": (1,), "names": None},
                 keys.INTERVENTION_COL: {"dtype": "bool", "shape": (1,), "names": None},
                 keys.REWARD_COL: {"dtype": "float32", "shape": (1,), "names": None}}
+    features = {k: v for k, v in features.items() if k not in without}
     ds = LeRobotDataset.create("local/" + root.name, fps=30, features=features, root=root,
                                robot_type="so101_follower", use_videos=use_videos, video_files_size_in_mb=file_mb,
                                data_files_size_in_mb=file_mb)
@@ -65,13 +68,14 @@ def make_dataset(root: Path, lengths=LENGTHS, use_videos: bool = True, nan_at: t
             state = state_value(e, i)
             if nan_at == (e, i):
                 state[2] = np.nan
-            ds.add_frame({keys.OBS_STATE: state, keys.ACTION_COL: action_value(e, i),
-                          keys.lerobot_image_key("front"): image_value(e, i),
-                          keys.lerobot_image_key("wrist"): image_value(e, i, flip=True),
-                          keys.SUCCESS_COL: np.array([i == length - 1]),
-                          keys.INTERVENTION_COL: np.array([i % 2 == 1]),
-                          keys.REWARD_COL: np.array([float(i == length - 1)], dtype=np.float32),
-                          "task": tasks[e % len(tasks)]})
+            frame = {keys.OBS_STATE: state, keys.ACTION_COL: action_value(e, i),
+                     keys.lerobot_image_key("front"): image_value(e, i, size=size),
+                     keys.lerobot_image_key("wrist"): image_value(e, i, flip=True, size=size),
+                     keys.SUCCESS_COL: np.array([i == length - 1]),
+                     keys.INTERVENTION_COL: np.array([i % 2 == 1]),
+                     keys.REWARD_COL: np.array([float(i == length - 1)], dtype=np.float32),
+                     "task": tasks[e % len(tasks)]}
+            ds.add_frame({k: v for k, v in frame.items() if k not in without})
         ds.save_episode()
     ds.finalize()
     return root

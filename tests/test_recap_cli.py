@@ -134,6 +134,24 @@ def test_a_hil_serl_recording_labels_outcomes_from_next_reward_and_corrections_f
     assert tree_hash(root) == before
 
 
+def test_recap_on_a_mix_of_our_dataset_and_one_without_corrections(dataset, tmp_path, capsys):
+    """dataset.mix: ours (intervention recorded) beside a lerobot-eval-like recording without the column; the labels
+    cover both in one episode numbering, corrections come from ours alone, and neither dataset is written."""
+    theirs = make_dataset(tmp_path / "theirs", lengths=[10, 18], without=(keys.INTERVENTION_COL,))
+    before = {p: tree_hash(p) for p in (dataset, theirs)}
+    run = tmp_path / "mixed"
+    assert _offline("recap", dataset, run, "steps=2", f"dataset.mix=[{theirs}]") == 0, capsys.readouterr().err
+    labels, _ = read_sidecar(run / "labels")
+    assert len(labels.index) == 47 + 28 and sorted(set(labels.episode_index.tolist())) == [0, 1, 2, 3, 4]
+    assert labels.intervention[:47].any() and not labels.intervention[47:].any()
+    assert labels.value_target[47 + 9] == 0.0 and labels.value_target[-1] == 0.0  # theirs' episodes end solved
+    # named episodes are checked against the one numbering before anything is written
+    assert _offline("awr", dataset, tmp_path / "bad", "steps=2", f"dataset.mix=[{theirs}]",
+                    "algo.labels.successful_episodes=[0,5]") == 2
+    assert "episodes [5]" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+    assert {p: tree_hash(p) for p in (dataset, theirs)} == before
+
+
 def test_recap_trains_a_conditioned_policy_that_carries_beta_and_leaves_the_dataset_untouched(dataset, tmp_path,
                                                                                              capsys):
     before = tree_hash(dataset)

@@ -200,45 +200,57 @@ def load_value_model(folder: str | Path, device: torch.device | str = "cpu") -> 
 
 
 # ------------------------------------------------------------------------------------------- the stage
-def check_outcome_columns(meta: Any, labels: LabelConfig | None = None) -> None:
-    """Refuse a dataset whose outcomes ``labels`` cannot read (by default its ``next.success`` column) before
-    anything is decoded or trained.
+def check_outcome_columns(metas: Any, labels: LabelConfig | None = None) -> None:
+    """Refuse data whose outcomes ``labels`` cannot read (by default each dataset's ``next.success`` column) before
+    anything is decoded or trained. ``metas``: one dataset's metadata, or a mix's (root first; episodes numbered
+    as ``episode_offsets`` numbers them).
 
     Raises:
-        ValueError: naming the column, and how to label the dataset's outcomes instead.
+        ValueError: naming the dataset and column, and how to label the outcomes instead.
     """
+    from robot_rl.data.lerobot_loader import episode_offsets
+
+    metas = metas if isinstance(metas, list) else [metas]
     labels = labels or LabelConfig()
     if labels.successful_episodes is not None:
-        held = {int(e) for e in np.asarray(meta.episodes["episode_index"]).reshape(-1)}
+        held = {int(e) + o for m, o in zip(metas, episode_offsets(metas))
+                for e in np.asarray(m.episodes["episode_index"]).reshape(-1)}
         outside = sorted({int(e) for e in labels.successful_episodes} - held)
         if outside:
-            raise ValueError(f"algo.labels.successful_episodes lists episodes {outside} that dataset {meta.root} "
-                             f"does not hold (it has {len(held)}: {min(held, default=None)}..{max(held, default=None)})")
+            where = f"dataset {metas[0].root}" + (" and the mixed ones" if len(metas) > 1 else "")
+            raise ValueError(f"algo.labels.successful_episodes lists episodes {outside} that {where} does not hold "
+                             f"(it has {len(held)}: {min(held, default=None)}..{max(held, default=None)})")
         return
     col = labels.success_column
-    if col in meta.features:
-        return
-    hint = ""
-    if col == keys.SUCCESS_COL and keys.REWARD_COL in meta.features:
-        hint = (f" This dataset has {keys.REWARD_COL!r}: LeRobot's HIL-SERL recorder (gym_manipulator) writes 1.0 "
-                f"there on the frame success is flagged, and algo.labels.success_column={keys.REWARD_COL} reads "
-                f"success from it (frames >= algo.labels.success_threshold).")
-    raise ValueError(
-        f"dataset {meta.root} has no {col!r} column: RECAP and AWR need each episode's outcome (per frame, true "
-        f"from the frame the task is solved, as lerobot-eval writes {keys.SUCCESS_COL!r}).{hint} Record with "
-        f"`robot-rl collect` (it writes {keys.SUCCESS_COL!r} and {keys.INTERVENTION_COL!r}), name the episodes that "
-        f"succeeded with algo.labels.successful_episodes=[...] (each solved on its last frame), or add the column "
-        f"to a copy of the dataset with lerobot.datasets.dataset_tools.add_features(dataset, "
-        f"features={{{keys.SUCCESS_COL!r}: (values, {{'dtype': 'bool', 'shape': (1,), 'names': None}})}}, "
-        f"output_dir=NEW_DIR); algo=bc needs no outcomes")
+    for meta in metas:
+        if col in meta.features:
+            continue
+        hint = ""
+        if col == keys.SUCCESS_COL and keys.REWARD_COL in meta.features:
+            hint = (f" This dataset has {keys.REWARD_COL!r}: LeRobot's HIL-SERL recorder (gym_manipulator) writes 1.0 "
+                    f"there on the frame success is flagged, and algo.labels.success_column={keys.REWARD_COL} reads "
+                    f"success from it (frames >= algo.labels.success_threshold).")
+        raise ValueError(
+            f"dataset {meta.root} has no {col!r} column: RECAP and AWR need each episode's outcome (per frame, true "
+            f"from the frame the task is solved, as lerobot-eval writes {keys.SUCCESS_COL!r}).{hint} Record with "
+            f"`robot-rl collect` (it writes {keys.SUCCESS_COL!r} and {keys.INTERVENTION_COL!r}), name the episodes "
+            f"that succeeded with algo.labels.successful_episodes=[...] (each solved on its last frame), or add the "
+            f"column to a copy of the dataset with lerobot.datasets.dataset_tools.add_features(dataset, "
+            f"features={{{keys.SUCCESS_COL!r}: (values, {{'dtype': 'bool', 'shape': (1,), 'names': None}})}}, "
+            f"output_dir=NEW_DIR); algo=bc needs no outcomes")
 
 
-def outcome_columns(meta: Any, labels: LabelConfig | None = None) -> list[str]:
-    """The extra columns the labels read: the success column (none with ``successful_episodes``) and, where the
-    dataset has it, the intervention column."""
+def outcome_columns(metas: Any, labels: LabelConfig | None = None) -> tuple[list[str], list[str]]:
+    """(the extra columns the labels read, those of them some dataset of a mix may lack): the success column (none
+    with ``successful_episodes``) and, where any dataset has it, the intervention column, read as no correction
+    (False) in a dataset without it (e.g. lerobot-record demos beside a DAgger rollout)."""
+    metas = metas if isinstance(metas, list) else [metas]
     labels = labels or LabelConfig()
-    success = [] if labels.successful_episodes is not None else [labels.success_column]
-    return success + ([labels.intervention_column] if labels.intervention_column in meta.features else [])
+    cols = [] if labels.successful_episodes is not None else [labels.success_column]
+    have = [labels.intervention_column in m.features for m in metas]
+    if any(have):
+        cols.append(labels.intervention_column)
+    return cols, ([labels.intervention_column] if any(have) and not all(have) else [])
 
 
 def value_config_for(sampler: Any, base: ValueConfig) -> ValueConfig:

@@ -226,10 +226,12 @@ def build_offline(cfg: Any) -> OfflineTraining:
         else:
             recap_cfg = typed(RecapConfig, algo_raw.pop("recap"), "algo.recap")
             policy_raw = recap_policy_overrides(policy_raw)
-        data_meta = read_meta(data_raw["root"])
-        check_outcome_columns(data_meta, adv_cfg.labels)
-        extra = list(data_raw.get("extra_columns") or [])
-        data_raw["extra_columns"] = extra + [c for c in outcome_columns(data_meta, adv_cfg.labels) if c not in extra]
+        metas = [read_meta(r) for r in [data_raw["root"], *(data_raw.get("mix") or [])]]
+        check_outcome_columns(metas, adv_cfg.labels)
+        columns, fill = outcome_columns(metas, adv_cfg.labels)
+        extra, filled = list(data_raw.get("extra_columns") or []), list(data_raw.get("fill_missing") or [])
+        data_raw["extra_columns"] = extra + [c for c in columns if c not in extra]
+        data_raw["fill_missing"] = filled + [c for c in fill if c not in filled]
     horizon = int(policy_raw.get("horizon", FlowVLAConfig.horizon))  # the chunks the policy learns to predict
     sampler = ChunkSampler(typed(ChunkDatasetConfig, {**data_raw, "horizon": horizon, "history": 1}, "dataset"))
     pretrained = None  # a value model that does not fit: refused before any write (loaded once, used below)
@@ -246,9 +248,11 @@ def build_offline(cfg: Any) -> OfflineTraining:
     else:
         stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
         run_dir = Path(s.run_dir or f"runs/offline_{algo_name}_{stamp}")
-    if adv_cfg is not None and run_dir.resolve().is_relative_to(Path(data_raw["root"]).resolve()):
-        raise ValueError(f"bad config: run_dir={run_dir} lies inside the dataset {data_raw['root']}; the value model "
-                         "and the labels are written into the run folder and the dataset is never written to")
+    sources = [data_raw["root"], *(data_raw.get("mix") or [])]
+    for root in sources if adv_cfg is not None else []:
+        if run_dir.resolve().is_relative_to(Path(root).resolve()):
+            raise ValueError(f"bad config: run_dir={run_dir} lies inside the dataset {root}; the value model and the "
+                             "labels are written into the run folder and the dataset is never written to")
     remove_partial_writes(run_dir / CHECKPOINTS_DIR)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))

@@ -2,7 +2,8 @@
 
 Everything is read once at construction (``lerobot_format``: checked metadata and frame table; every camera decoded
 file by file into a uint8 cache in RAM at the requested size), so ``sample()`` only gathers from RAM. Only reads:
-nothing is ever written under the dataset's root.
+nothing is ever written under the dataset's root. ``mix`` adds more datasets, read the same way and joined as one
+sequence of episodes (``episode_offsets``).
 
 Batches (B samples, K = history, H = horizon, A = action size):
     observation.state            float32 [B, D] (degrees for an SO-101), [B, K, D] when K > 1
@@ -49,7 +50,8 @@ from robot_rl.data.lerobot_format import (
 from robot_rl.data.timing import drop_late_episodes
 from robot_rl.data.video_decode import BACKENDS, DecodeError, resolve_backend
 
-__all__ = ["ChunkDatasetConfig", "ChunkSampler", "DatasetError", "DatasetMeta", "camera_key", "read_meta"]
+__all__ = ["ChunkDatasetConfig", "ChunkSampler", "DatasetError", "DatasetMeta", "camera_key", "episode_offsets",
+           "read_meta"]
 
 INDEX_COLUMNS = ("episode_index", "frame_index", "index")
 Weights = torch.Tensor | Callable[[dict[str, torch.Tensor]], torch.Tensor]
@@ -71,7 +73,15 @@ class ChunkDatasetConfig:
     seed: int = 0  # the sampler's generator (order and augmentation)
     video_backend: str = "auto"  # "auto" (PyAV, else torchcodec), "pyav" or "torchcodec"
     extra_columns: list[str] = field(default_factory=list)  # per-frame columns added to batches (next.success, ...)
-    episodes: list[int] | None = None  # episode indices to load (a split); None: all
+    # More LeRobotDataset v3 folders whose episodes train beside root's, read in place (e.g. LeRobot-recorded demos
+    # of a real arm and our simulated ones, or demos and a DAgger rollout): the same state and action sizes and
+    # names, root's cameras at the same stored size (or set image_size). Episodes are numbered in one sequence:
+    # root's as stored, then each mixed dataset's shifted past the one before (``episode_offsets``).
+    mix: list[str] = field(default_factory=list)
+    # Extra columns a dataset may lack, read there as zeros (False): e.g. ``intervention`` for demos recorded with
+    # lerobot-record beside a rollout that has it. Every other extra column must be in every dataset.
+    fill_missing: list[str] = field(default_factory=list)
+    episodes: list[int] | None = None  # episode indices to load (a split; mixed datasets' as numbered); None: all
     # leave out episodes whose measured capture times show a stalled loop (robot_rl.data.timing; datasets without a
     # capture_time column, like simulated or LeRobot-recorded ones, have nothing to check)
     timing_check: bool = True
@@ -112,45 +122,86 @@ class ChunkSampler:
 
     def __init__(self, cfg: ChunkDatasetConfig, weights: Weights | None = None) -> None:
         self.cfg = cfg
-        self.meta = read_meta(cfg.root)
+        metas = [read_meta(cfg.root), *(read_meta(r) for r in cfg.mix)]
+        self.meta, self.metas = metas[0], metas
         self.repo_id = cfg.repo_id or Path(cfg.root).resolve().name
-        meta = self.meta
-        cams = meta.camera_keys if cfg.cameras is None else [camera_key(c) for c in cfg.cameras]
-        meta.require(cameras=cams, columns=[keys.OBS_STATE, keys.ACTION_COL, *cfg.extra_columns])
+        cams = metas[0].camera_keys if cfg.cameras is None else [camera_key(c) for c in cfg.cameras]
         self.image_keys = cams
-        all_eps = meta.episodes["episode_index"].astype(np.int64)
-        episodes = all_eps if cfg.episodes is None else np.unique(np.asarray(cfg.episodes, dtype=np.int64))
-        unknown = np.setdiff1d(episodes, all_eps)
-        if len(unknown):
-            raise DatasetError(f"dataset {meta.root} has no episode {int(unknown[0])} (episodes "
-                               f"{int(all_eps.min())}..{int(all_eps.max())})")
-        selected = len(episodes)
-        if cfg.timing_check:
-            episodes = drop_late_episodes(meta, episodes)
-        self.timing_dropped = selected - len(episodes)  # episodes left out for late ticks
-        frames = read_frames(meta, episodes, [keys.OBS_STATE, keys.ACTION_COL, *cfg.extra_columns])
-        cols = frames.columns
-        self.num_frames, self.num_episodes = len(cols["index"]), len(episodes)
-        if self.num_frames < cfg.batch_size:
-            raise DatasetError(f"dataset {meta.root} has {self.num_frames} frames, fewer than batch_size "
-                               f"{cfg.batch_size}")
-        self.tasks = list(meta.tasks)
-        self.state = torch.from_numpy(cols[keys.OBS_STATE].astype(np.float32))
-        self.action = torch.from_numpy(cols[keys.ACTION_COL].astype(np.float32))
-        self.indices = {c: torch.from_numpy(cols[c].astype(np.int64).reshape(-1)) for c in INDEX_COLUMNS}
-        self.task_index = cols["task_index"].astype(np.int64).reshape(-1)
-        self.extras = {c: _extra_tensor(c, cols[c], meta.features[c]) for c in cfg.extra_columns}
-        self.ep_start, self.ep_end = torch.from_numpy(frames.ep_start), torch.from_numpy(frames.ep_end)
+        extras = list(cfg.extra_columns)
+        fill = set(cfg.fill_missing)
+        for c in extras:
+            if not any(c in m.features for m in metas):
+                raise DatasetError(f"dataset {cfg.root}{' and the mixed ones' if cfg.mix else ''} have no column "
+                                   f"{c!r}")
+        root_ft = metas[0].features
+        metas[0].require(cameras=cams, columns=[keys.OBS_STATE, keys.ACTION_COL, *(c for c in extras if c not in fill)])
+        sizes = {k: tuple(root_ft[k].get("shape", ())) for k in (keys.OBS_STATE, keys.ACTION_COL)}
         # The element names of state and action ("shoulder_pan.pos", ...), for the policy's processor.
-        self.names = {k: feature_names(meta.features[k]) for k in (keys.OBS_STATE, keys.ACTION_COL)}
-        self.images = self._decode(frames)
-        self._files = sorted({*frames.files, *self._video_files(frames)})
+        self.names = {k: feature_names(root_ft[k]) for k in (keys.OBS_STATE, keys.ACTION_COL)}
+        for m in metas[1:]:
+            m.require(state=sizes[keys.OBS_STATE][0], action=sizes[keys.ACTION_COL][0], cameras=cams,
+                      columns=[c for c in extras if c not in fill])
+            for k, names in self.names.items():
+                if feature_names(m.features[k]) != names:
+                    raise DatasetError(f"dataset {m.root} names {k!r} {feature_names(m.features[k])}, dataset "
+                                       f"{metas[0].root} {names}: mixed datasets must hold the same quantities")
+            if cfg.image_size is None:
+                for k in cams:
+                    if image_hw(m.features[k]) != image_hw(root_ft[k]):
+                        raise DatasetError(f"dataset {m.root} stores {k!r} at {list(image_hw(m.features[k]))}, "
+                                           f"{metas[0].root} at {list(image_hw(root_ft[k]))}: set dataset.image_size "
+                                           f"to read both at one size")
+        offsets = episode_offsets(metas)
+        wanted = None if cfg.episodes is None else np.unique(np.asarray(cfg.episodes, dtype=np.int64))
+        held = np.concatenate([m.episodes["episode_index"].astype(np.int64) + o for m, o in zip(metas, offsets)])
+        if wanted is not None and len(np.setdiff1d(wanted, held)):
+            raise DatasetError(f"dataset {cfg.root}{' (with the mixed ones)' if cfg.mix else ''} has no episode "
+                               f"{int(np.setdiff1d(wanted, held)[0])} (episodes {int(held.min())}..{int(held.max())})")
+        self.tasks: list[str] = []
+        parts, self.timing_dropped, self._files = [], 0, []
+        for m, offset in zip(metas, offsets):
+            all_eps = m.episodes["episode_index"].astype(np.int64)
+            episodes = all_eps if wanted is None else all_eps[np.isin(all_eps + offset, wanted)]
+            selected = len(episodes)
+            if cfg.timing_check:
+                episodes = drop_late_episodes(m, episodes)
+            self.timing_dropped += selected - len(episodes)  # episodes left out for late ticks
+            present = [c for c in extras if c in m.features]
+            frames = read_frames(m, episodes, [keys.OBS_STATE, keys.ACTION_COL, *present])
+            parts.append((m, offset, frames, self._decode(m, frames)))
+            self._files += [(len(parts) - 1, f) for f in sorted({*frames.files, *self._video_files(m, frames)})]
+        for m, _, frames, _ in parts:  # one task list: root's order, then each new instruction as first met
+            self.tasks += [t for t in m.tasks if t not in self.tasks]
+        self.num_frames = sum(len(f.columns["index"]) for _, _, f, _ in parts)
+        self.num_episodes = sum(len(np.unique(f.columns["episode_index"])) for _, _, f, _ in parts)
+        if self.num_frames < cfg.batch_size:
+            raise DatasetError(f"dataset {cfg.root} has {self.num_frames} frames, fewer than batch_size "
+                               f"{cfg.batch_size}")
+        index_offsets = np.cumsum([0] + [int(m.info.get("total_frames", 0)) for m in metas[:-1]])
+        cat = np.concatenate
+        state = cat([f.columns[keys.OBS_STATE].astype(np.float32) for _, _, f, _ in parts])
+        action = cat([f.columns[keys.ACTION_COL].astype(np.float32) for _, _, f, _ in parts])
+        self.state, self.action = torch.from_numpy(state), torch.from_numpy(action)
+        shift = {"episode_index": [o for _, o, _, _ in parts], "index": index_offsets.tolist(),
+                 "frame_index": [0] * len(parts)}
+        self.indices = {c: torch.from_numpy(cat([f.columns[c].astype(np.int64).reshape(-1) + shift[c][i]
+                                                 for i, (_, _, f, _) in enumerate(parts)])) for c in INDEX_COLUMNS}
+        self.task_index = cat([np.array([self.tasks.index(m.tasks[t]) for t in range(len(m.tasks))],
+                                        dtype=np.int64)[f.columns["task_index"].astype(np.int64).reshape(-1)]
+                               for m, _, f, _ in parts])
+        self.extras = {c: self._extra(c, parts) for c in extras}
+        rows = np.cumsum([0] + [len(f.columns["index"]) for _, _, f, _ in parts])
+        self.ep_start = torch.from_numpy(cat([f.ep_start + r for (_, _, f, _), r in zip(parts, rows)]))
+        self.ep_end = torch.from_numpy(cat([f.ep_end + r for (_, _, f, _), r in zip(parts, rows)]))
+        self.images = {k: torch.cat([imgs[k] for _, _, _, imgs in parts]) if len(parts) > 1 else parts[0][3][k]
+                       for k in cams}
         self.stats: dict[str, dict[str, torch.Tensor]] = {}  # feature -> {"mean", "std", "min", "max": [D]}
         self.stats_source: dict[str, str] = {}  # feature -> "meta/stats.json" or "computed"
-        for name, values in ((keys.OBS_STATE, cols[keys.OBS_STATE]), (keys.ACTION_COL, cols[keys.ACTION_COL])):
+        for name, values in ((keys.OBS_STATE, state), (keys.ACTION_COL, action)):
             computed = compute_stats(values)
-            every = cfg.episodes is None and not self.timing_dropped  # meta/stats.json covers every episode
-            from_file = stats_from_file(meta, name, computed) if every else None
+            # meta/stats.json covers every episode of one dataset
+            every = cfg.episodes is None and not self.timing_dropped and not cfg.mix
+            from_file = stats_from_file(self.meta, name, computed) if every else None
             self.stats_source[name] = STATS_PATH if from_file is not None else "computed"
             self.stats[name] = {s: torch.tensor(v, dtype=torch.float32) for s, v in (from_file or computed).items()}
         self._hist = torch.arange(-cfg.history + 1, 1)
@@ -162,12 +213,21 @@ class ChunkSampler:
         self.set_weights(weights)
 
     # -------------------------------------------------------------------------------------- construction
-    def _decode(self, frames: Frames) -> dict[str, torch.Tensor]:
-        meta, cfg = self.meta, self.cfg
+    def _extra(self, name: str, parts: list) -> torch.Tensor:
+        """An extra column over every dataset; zeros (False) in those that lack it (``fill_missing``)."""
+        have = [_extra_tensor(name, f.columns[name], m.features[name]) if name in m.features else None
+                for m, _, f, _ in parts]
+        like = next(t for t in have if t is not None)
+        filled = [t if t is not None else torch.zeros(len(f.columns["index"]), *like.shape[1:], dtype=like.dtype)
+                  for t, (_, _, f, _) in zip(have, parts)]
+        return filled[0] if len(filled) == 1 else torch.cat(filled)
+
+    def _decode(self, meta: DatasetMeta, frames: Frames) -> dict[str, torch.Tensor]:
+        cfg, n = self.cfg, len(frames.columns["index"])
         sizes = {k: tuple(cfg.image_size) if cfg.image_size else image_hw(meta.features[k]) for k in self.image_keys}
-        gib = sum(self.num_frames * 3 * h * w for h, w in sizes.values()) / 2**30
+        gib = sum(n * 3 * h * w for h, w in sizes.values()) / 2**30
         if gib > cfg.max_cache_gib:
-            raise DatasetError(f"dataset {meta.root}: {len(sizes)} cameras x {self.num_frames} frames at "
+            raise DatasetError(f"dataset {meta.root}: {len(sizes)} cameras x {n} frames at "
                                f"{sorted(set(sizes.values()))} need {gib:.1f} GiB of RAM, over max_cache_gib="
                                f"{cfg.max_cache_gib}; set image_size smaller or select episodes")
         videos = [k for k in self.image_keys if meta.features[k]["dtype"] == "video"]
@@ -180,18 +240,18 @@ class ChunkSampler:
         from tqdm import tqdm
 
         images = {}
-        with tqdm(total=self.num_frames * len(sizes), desc=f"decoding {self.repo_id}", unit="frame",
+        with tqdm(total=n * len(sizes), desc=f"decoding {meta.root.name}", unit="frame",
                   disable=not cfg.progress or not sizes, leave=False) as bar:
             for key, (h, w) in sizes.items():
-                images[key] = torch.empty(self.num_frames, 3, h, w, dtype=torch.uint8)
+                images[key] = torch.empty(n, 3, h, w, dtype=torch.uint8)
                 if key in videos:
                     decode_videos(meta, frames, key, images[key], self.video_backend, bar)
                 else:
                     decode_images(meta, frames, key, images[key], bar)
         return images
 
-    def _video_files(self, frames: Frames) -> list[Path]:
-        eps, meta = self.meta.episodes, self.meta
+    def _video_files(self, meta: DatasetMeta, frames: Frames) -> list[Path]:
+        eps = meta.episodes
         sel = np.isin(eps["episode_index"], np.unique(frames.columns["episode_index"]))
         out = []
         for key in self.image_keys:
@@ -246,8 +306,11 @@ class ChunkSampler:
                 "sizes": [list(t.shape[2:]) for t in self.images.values()], "horizon": cfg.horizon,
                 "history": cfg.history, "extra_columns": list(cfg.extra_columns)}
         h.update(json.dumps(view, sort_keys=True).encode())
-        for path in [self.meta.root / INFO_PATH, self.meta.root / TASKS_PATH, *self._files]:
-            h.update(str(path.relative_to(self.meta.root)).encode())
+        files = [(i, m.root / name) for i, m in enumerate(self.metas) for name in (INFO_PATH, TASKS_PATH)]
+        for i, path in sorted(files) + self._files:
+            # relative to its dataset: a moved dataset keeps its fingerprint; a mixed one's paths carry its place
+            rel = str(path.relative_to(self.metas[i].root))
+            h.update((rel if i == 0 else f"mix{i}/{rel}").encode())
             with open(path, "rb") as f:
                 while block := f.read(1 << 20):
                     h.update(block)
@@ -305,6 +368,16 @@ class ChunkSampler:
         self.gen.set_state(sd["gen"])
         self.perm, self.pos, self.epoch, self.drawn = sd["perm"].clone(), int(sd["pos"]), int(sd["epoch"]), \
             int(sd["drawn"])
+
+
+def episode_offsets(metas: list[DatasetMeta]) -> list[int]:
+    """What each dataset's episode_index is shifted by in a mix: 0 for the first; each next one starts after the
+    highest episode index of the one before (as shifted). Example: episodes 0..9 and 0..4 -> offsets [0, 10]: the
+    second dataset's episode 3 is episode 13."""
+    out = [0]
+    for m in metas[:-1]:
+        out.append(out[-1] + int(np.max(m.episodes["episode_index"], initial=-1)) + 1)
+    return out
 
 
 def _extra_tensor(name: str, values: np.ndarray, ft: dict) -> torch.Tensor:
