@@ -61,6 +61,12 @@ def test_solved_frames_from_a_reward_column_or_a_list_of_episodes():
     np.testing.assert_array_equal(solved_frames(cols, LabelConfig(successful_episodes=[1])),
                                   [False, False, False, False, False, False, True])
     np.testing.assert_array_equal(solved_frames(cols, LabelConfig(successful_episodes=[])), np.zeros(7, dtype=bool))
+    np.testing.assert_array_equal(solved_frames(cols, LabelConfig(failed_episodes=[1])),  # the other way round
+                                  [False, False, False, True, False, False, False])
+    with pytest.raises(ValueError, match="not both"):
+        LabelConfig(successful_episodes=[0], failed_episodes=[1])
+    with pytest.raises(ValueError, match=r"failed_episodes lists episodes \[3\]"):
+        solved_frames(cols, LabelConfig(failed_episodes=[3]))
     with pytest.raises(ValueError, match=r"episodes \[5\]"):
         solved_frames(cols, LabelConfig(successful_episodes=[0, 5]))
     with pytest.raises(ValueError, match="'next.done'"):

@@ -116,10 +116,11 @@ def test_a_hil_serl_recording_labels_outcomes_from_next_reward_and_corrections_f
     # M = 15 (the longest episode): a success's targets -(frames to its last frame) / 15, a failure's -1
     expected = np.concatenate([-np.arange(11, -1, -1) / 15, -np.ones(9), -np.arange(14, -1, -1) / 15, -np.ones(10)])
     for algo, how in (("recap", "algo.labels.success_column=next.reward"),
-                      ("awr", "algo.labels.successful_episodes=[0,2]")):
-        assert _offline(algo, root, tmp_path / algo, "steps=2", how) == 0, capsys.readouterr().err
-        labels, _ = read_sidecar(tmp_path / algo / "labels")
-        np.testing.assert_allclose(labels.value_target, expected, atol=1e-6, err_msg=algo)
+                      ("awr", "algo.labels.successful_episodes=[0,2]"), ("awr", "algo.labels.failed_episodes=[1,3]")):
+        run = tmp_path / how.split("=")[0].split(".")[-1]
+        assert _offline(algo, root, run, "steps=2", how) == 0, capsys.readouterr().err
+        labels, _ = read_sidecar(run / "labels")
+        np.testing.assert_allclose(labels.value_target, expected, atol=1e-6, err_msg=how)
         assert not labels.intervention.any()  # no 'intervention' column: no corrections
     run = tmp_path / "corrections"
     assert _offline("recap", root, run, "steps=2", "algo.labels.success_column=next.reward",
@@ -131,6 +132,13 @@ def test_a_hil_serl_recording_labels_outcomes_from_next_reward_and_corrections_f
     assert labels.advantage_indicator[taken_over].all()  # corrections are forced positive
     assert _offline("awr", root, tmp_path / "bad_list", "steps=2", "algo.labels.successful_episodes=[0,7]") == 2
     assert "episodes [7]" in capsys.readouterr().err and not (tmp_path / "bad_list").exists()
+    # outcomes that name no success (a real arm's recording: next.success false throughout) are refused, unwritten
+    for how in ("algo.labels.successful_episodes=[]", "algo.labels.success_threshold=2.0"):
+        assert _offline("recap", root, tmp_path / "no_success", "steps=2", "algo.labels.success_column=next.reward",
+                        how) == 2
+        err = capsys.readouterr().err
+        assert "no episode of dataset" in err and "successful_episodes" in err, err
+        assert not (tmp_path / "no_success").exists()
     assert tree_hash(root) == before
 
 

@@ -212,13 +212,14 @@ def check_outcome_columns(metas: Any, labels: LabelConfig | None = None) -> None
 
     metas = metas if isinstance(metas, list) else [metas]
     labels = labels or LabelConfig()
-    if labels.successful_episodes is not None:
+    if labels.named_episodes is not None:
+        name, listed = labels.named_episodes
         held = {int(e) + o for m, o in zip(metas, episode_offsets(metas))
                 for e in np.asarray(m.episodes["episode_index"]).reshape(-1)}
-        outside = sorted({int(e) for e in labels.successful_episodes} - held)
+        outside = sorted(set(listed) - held)
         if outside:
             where = f"dataset {metas[0].root}" + (" and the mixed ones" if len(metas) > 1 else "")
-            raise ValueError(f"algo.labels.successful_episodes lists episodes {outside} that {where} does not hold "
+            raise ValueError(f"algo.labels.{name} lists episodes {outside} that {where} does not hold "
                              f"(it has {len(held)}: {min(held, default=None)}..{max(held, default=None)})")
         return
     col = labels.success_column
@@ -234,19 +235,40 @@ def check_outcome_columns(metas: Any, labels: LabelConfig | None = None) -> None
             f"dataset {meta.root} has no {col!r} column: RECAP and AWR need each episode's outcome (per frame, true "
             f"from the frame the task is solved, as lerobot-eval writes {keys.SUCCESS_COL!r}).{hint} Record with "
             f"`robot-rl collect` (it writes {keys.SUCCESS_COL!r} and {keys.INTERVENTION_COL!r}), name the episodes "
-            f"that succeeded with algo.labels.successful_episodes=[...] (each solved on its last frame), or add the "
+            f"that succeeded with algo.labels.successful_episodes=[...] or those that failed with "
+            f"algo.labels.failed_episodes=[...] (a success is solved on its last frame), or add the "
             f"column to a copy of the dataset with lerobot.datasets.dataset_tools.add_features(dataset, "
             f"features={{{keys.SUCCESS_COL!r}: (values, {{'dtype': 'bool', 'shape': (1,), 'names': None}})}}, "
             f"output_dir=NEW_DIR); algo=bc needs no outcomes")
 
 
+def check_some_success(sampler: Any, labels: LabelConfig) -> None:
+    """Refuse frames in which no episode succeeds, as ``labels`` reads the outcomes: every value target would be -1
+    and the advantages noise. The usual cause is a recording from a real arm, which cannot report success (our
+    deploy and record write ``next.success`` false throughout there).
+
+    Raises:
+        ValueError: naming the column read and how to name the successful episodes instead.
+    """
+    if solved_frames(_frame_table(sampler), labels).any():
+        return
+    what = (f"algo.labels.{labels.named_episodes[0]} leaves none" if labels.named_episodes is not None else
+            f"{labels.success_column!r} is never >= {labels.success_threshold} in its {sampler.num_episodes} "
+            f"episodes")
+    raise ValueError(f"no episode of dataset {sampler.cfg.root} succeeds ({what}): RECAP and AWR learn from the "
+                     f"difference between successes and failures. A real arm cannot report success: name the "
+                     f"episodes that succeeded with algo.labels.successful_episodes=[...] or those that failed with "
+                     f"algo.labels.failed_episodes=[...] (a success is solved on its last frame); algo=bc needs no "
+                     f"outcomes")
+
+
 def outcome_columns(metas: Any, labels: LabelConfig | None = None) -> tuple[list[str], list[str]]:
     """(the extra columns the labels read, those of them some dataset of a mix may lack): the success column (none
-    with ``successful_episodes``) and, where any dataset has it, the intervention column, read as no correction
+    with outcomes named by episode) and, where any dataset has it, the intervention column, read as no correction
     (False) in a dataset without it (e.g. lerobot-record demos beside a DAgger rollout)."""
     metas = metas if isinstance(metas, list) else [metas]
     labels = labels or LabelConfig()
-    cols = [] if labels.successful_episodes is not None else [labels.success_column]
+    cols = [] if labels.named_episodes is not None else [labels.success_column]
     have = [labels.intervention_column in m.features for m in metas]
     if any(have):
         cols.append(labels.intervention_column)

@@ -234,6 +234,10 @@ def build_offline(cfg: Any) -> OfflineTraining:
         data_raw["fill_missing"] = filled + [c for c in fill if c not in filled]
     horizon = int(policy_raw.get("horizon", FlowVLAConfig.horizon))  # the chunks the policy learns to predict
     sampler = ChunkSampler(typed(ChunkDatasetConfig, {**data_raw, "horizon": horizon, "history": 1}, "dataset"))
+    if adv_cfg is not None:  # outcomes that say nothing (no episode succeeds) are refused before any write
+        from robot_rl.algos.recap import check_some_success
+
+        check_some_success(sampler, adv_cfg.labels)
     pretrained = None  # a value model that does not fit: refused before any write (loaded once, used below)
     if adv_cfg is not None and adv_cfg.value.pretrained:
         from robot_rl.algos.recap import load_pretrained_value

@@ -57,9 +57,11 @@ class LabelConfig:
     # reward classifier) flags success, so ``next.reward`` reads those datasets as they are.
     success_column: str = "next.success"
     success_threshold: float = 0.5
-    # For data with no outcome column (lerobot-record demos, a DAgger rollout): the episodes (episode_index) that
-    # succeeded, each solved on its last frame; every other episode failed. Replaces ``success_column`` when set.
+    # For data with no outcome column (lerobot-record demos, a DAgger rollout, a real arm's recordings): the episodes
+    # (episode_index) that succeeded, each solved on its last frame, every other one failed; or, the other way
+    # round, those that failed, every other one solved on its last frame. Either replaces ``success_column``.
     successful_episodes: list[int] | None = None
+    failed_episodes: list[int] | None = None
     # Where human corrections are read (frames >= 0.5): ``intervention`` as LeRobot's DAgger rollout and robot-rl
     # write it; a HIL-SERL learner's saved replay buffer has ``complementary_info.is_intervention`` (0.0 / 1.0).
     # A dataset without the column has no corrections.
@@ -77,9 +79,20 @@ class LabelConfig:
             raise ValueError(f"labels max_episode_length must be >= 1, got {self.max_episode_length}")
         if self.fail_penalty is not None and self.fail_penalty < 0:
             raise ValueError(f"labels fail_penalty must be >= 0, got {self.fail_penalty}")
-        if self.successful_episodes is not None and any(int(e) < 0 for e in self.successful_episodes):
-            raise ValueError(f"labels successful_episodes must be episode indices >= 0, got "
-                             f"{list(self.successful_episodes)}")
+        if self.successful_episodes is not None and self.failed_episodes is not None:
+            raise ValueError("labels: set successful_episodes or failed_episodes, not both")
+        for name in ("successful_episodes", "failed_episodes"):
+            listed = getattr(self, name)
+            if listed is not None and any(int(e) < 0 for e in listed):
+                raise ValueError(f"labels {name} must be episode indices >= 0, got {list(listed)}")
+
+    @property
+    def named_episodes(self) -> tuple[str, list[int]] | None:
+        """("successful_episodes" or "failed_episodes", the list) when outcomes are given by episode, else None."""
+        for name in ("successful_episodes", "failed_episodes"):
+            if getattr(self, name) is not None:
+                return name, [int(e) for e in getattr(self, name)]
+        return None
 
 
 # ------------------------------------------------------------------------------------------- episodes
@@ -114,19 +127,22 @@ def first_success(episode_index: np.ndarray, success: np.ndarray) -> np.ndarray:
 
 def solved_frames(columns: dict[str, np.ndarray], cfg: LabelConfig) -> np.ndarray:
     """[F] bool, True where a frame is solved, by ``cfg``'s outcome: ``columns[cfg.success_column] >=
-    cfg.success_threshold``, or, with ``cfg.successful_episodes``, the last frame of each listed episode.
+    cfg.success_threshold``; with ``cfg.successful_episodes``, the last frame of each listed episode; with
+    ``cfg.failed_episodes``, the last frame of each episode not listed.
 
     Raises:
         ValueError: a listed episode is not among the frames, or the success column is missing.
     """
     eps = np.asarray(columns["episode_index"]).reshape(-1)
-    if cfg.successful_episodes is not None:
-        missing = sorted({int(e) for e in cfg.successful_episodes} - set(np.unique(eps).tolist()))
+    if cfg.named_episodes is not None:
+        name, listed = cfg.named_episodes
+        missing = sorted(set(listed) - set(np.unique(eps).tolist()))
         if missing:
-            raise ValueError(f"labels successful_episodes lists episodes {missing} that the dataset does not hold "
+            raise ValueError(f"labels {name} lists episodes {missing} that the dataset does not hold "
                              f"(episode_index {int(eps.min())}..{int(eps.max())})")
         _, end = episode_bounds(eps)
-        return np.isin(eps, np.asarray(cfg.successful_episodes, dtype=np.int64)) & (np.arange(len(eps)) == end)
+        hit = np.isin(eps, np.asarray(listed, dtype=np.int64))
+        return (hit if name == "successful_episodes" else ~hit) & (np.arange(len(eps)) == end)
     if cfg.success_column not in columns:
         raise ValueError(f"no {cfg.success_column!r} column among the frames read (algo.labels.success_column)")
     values = np.asarray(columns[cfg.success_column], dtype=np.float64).reshape(-1)
