@@ -83,3 +83,9 @@ def test_datasets_that_do_not_mix_are_refused_naming_why(pair, tmp_path):
         sampler(ours, mix=[str(small)])
     both = sampler(ours, mix=[str(small)], image_size=[16, 16])
     assert both.images[FRONT].shape[1:] == (3, 16, 16) and both.num_frames == sum(OURS_LENGTHS) + 9
+    assert both.video_backend == "pyav"  # ours' videos, though the last dataset stores PNG images
+    # the RAM cap holds for the mix as a whole: ours alone fits in 0.0003 GiB (2 cameras x 47 frames x 3 KiB), the
+    # two together do not
+    assert sampler(ours, max_cache_gib=0.0003).num_frames == sum(OURS_LENGTHS)
+    with pytest.raises(DatasetError, match="with the mixed ones.*max_cache_gib=0.0003"):
+        sampler(ours, mix=[str(theirs)], max_cache_gib=0.0003)

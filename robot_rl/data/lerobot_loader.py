@@ -168,7 +168,7 @@ class ChunkSampler:
             self.timing_dropped += selected - len(episodes)  # episodes left out for late ticks
             present = [c for c in extras if c in m.features]
             frames = read_frames(m, episodes, [keys.OBS_STATE, keys.ACTION_COL, *present])
-            parts.append((m, offset, frames, self._decode(m, frames)))
+            parts.append((m, offset, frames, {}))
             self._files += [(len(parts) - 1, f) for f in sorted({*frames.files, *self._video_files(m, frames)})]
         for m, _, frames, _ in parts:  # one task list: root's order, then each new instruction as first met
             self.tasks += [t for t in m.tasks if t not in self.tasks]
@@ -177,6 +177,11 @@ class ChunkSampler:
         if self.num_frames < cfg.batch_size:
             raise DatasetError(f"dataset {cfg.root} has {self.num_frames} frames, fewer than batch_size "
                                f"{cfg.batch_size}")
+        rows = np.cumsum([0] + [len(f.columns["index"]) for _, _, f, _ in parts])
+        self.images = self._image_cache()  # every dataset's frames decoded into their rows of one cache
+        self.video_backend = None
+        for (m, _, frames, _), r0, r1 in zip(parts, rows[:-1], rows[1:]):
+            self._decode(m, frames, {k: cache[r0:r1] for k, cache in self.images.items()})
         index_offsets = np.cumsum([0] + [int(m.info.get("total_frames", 0)) for m in metas[:-1]])
         cat = np.concatenate
         state = cat([f.columns[keys.OBS_STATE].astype(np.float32) for _, _, f, _ in parts])
@@ -190,11 +195,8 @@ class ChunkSampler:
                                         dtype=np.int64)[f.columns["task_index"].astype(np.int64).reshape(-1)]
                                for m, _, f, _ in parts])
         self.extras = {c: self._extra(c, parts) for c in extras}
-        rows = np.cumsum([0] + [len(f.columns["index"]) for _, _, f, _ in parts])
         self.ep_start = torch.from_numpy(cat([f.ep_start + r for (_, _, f, _), r in zip(parts, rows)]))
         self.ep_end = torch.from_numpy(cat([f.ep_end + r for (_, _, f, _), r in zip(parts, rows)]))
-        self.images = {k: torch.cat([imgs[k] for _, _, _, imgs in parts]) if len(parts) > 1 else parts[0][3][k]
-                       for k in cams}
         self.stats: dict[str, dict[str, torch.Tensor]] = {}  # feature -> {"mean", "std", "min", "max": [D]}
         self.stats_source: dict[str, str] = {}  # feature -> "meta/stats.json" or "computed"
         for name, values in ((keys.OBS_STATE, state), (keys.ACTION_COL, action)):
@@ -222,33 +224,36 @@ class ChunkSampler:
                   for t, (_, _, f, _) in zip(have, parts)]
         return filled[0] if len(filled) == 1 else torch.cat(filled)
 
-    def _decode(self, meta: DatasetMeta, frames: Frames) -> dict[str, torch.Tensor]:
-        cfg, n = self.cfg, len(frames.columns["index"])
+    def _image_cache(self) -> dict[str, torch.Tensor]:
+        """uint8 [num_frames, 3, h, w] per camera, allocated once (at most ``max_cache_gib`` in all)."""
+        cfg, meta, n = self.cfg, self.meta, self.num_frames
         sizes = {k: tuple(cfg.image_size) if cfg.image_size else image_hw(meta.features[k]) for k in self.image_keys}
         gib = sum(n * 3 * h * w for h, w in sizes.values()) / 2**30
         if gib > cfg.max_cache_gib:
-            raise DatasetError(f"dataset {meta.root}: {len(sizes)} cameras x {n} frames at "
-                               f"{sorted(set(sizes.values()))} need {gib:.1f} GiB of RAM, over max_cache_gib="
-                               f"{cfg.max_cache_gib}; set image_size smaller or select episodes")
-        videos = [k for k in self.image_keys if meta.features[k]["dtype"] == "video"]
-        self.video_backend = None
-        if videos:
+            what = f"dataset {meta.root}" + (" with the mixed ones" if cfg.mix else "")
+            raise DatasetError(f"{what}: {len(sizes)} cameras x {n} frames at {sorted(set(sizes.values()))} need "
+                               f"{gib:.1f} GiB of RAM, over max_cache_gib={cfg.max_cache_gib}; set image_size smaller "
+                               f"or select episodes")
+        return {k: torch.empty(n, 3, h, w, dtype=torch.uint8) for k, (h, w) in sizes.items()}
+
+    def _decode(self, meta: DatasetMeta, frames: Frames, images: dict[str, torch.Tensor]) -> None:
+        """Decode one dataset's ``frames`` into ``images`` (camera -> its rows of the cache)."""
+        cfg, n = self.cfg, len(frames.columns["index"])
+        videos = [k for k in images if meta.features[k]["dtype"] == "video"]
+        if videos and self.video_backend is None:
             try:
                 self.video_backend = resolve_backend(cfg.video_backend)
             except DecodeError as e:
                 raise DatasetError(str(e)) from None
         from tqdm import tqdm
 
-        images = {}
-        with tqdm(total=n * len(sizes), desc=f"decoding {meta.root.name}", unit="frame",
-                  disable=not cfg.progress or not sizes, leave=False) as bar:
-            for key, (h, w) in sizes.items():
-                images[key] = torch.empty(n, 3, h, w, dtype=torch.uint8)
+        with tqdm(total=n * len(images), desc=f"decoding {meta.root.name}", unit="frame",
+                  disable=not cfg.progress or not images, leave=False) as bar:
+            for key, out in images.items():
                 if key in videos:
-                    decode_videos(meta, frames, key, images[key], self.video_backend, bar)
+                    decode_videos(meta, frames, key, out, self.video_backend, bar)
                 else:
-                    decode_images(meta, frames, key, images[key], bar)
-        return images
+                    decode_images(meta, frames, key, out, bar)
 
     def _video_files(self, meta: DatasetMeta, frames: Frames) -> list[Path]:
         eps = meta.episodes
