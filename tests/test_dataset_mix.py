@@ -29,7 +29,7 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
     return ours, theirs
 
 
-def test_mixed_datasets_train_as_one_sequence_of_episodes(pair):
+def test_mixed_datasets_train_as_one_sequence_of_episodes(pair, capsys):
     ours, theirs = pair
     before = {p: tree_hash(p) for p in pair}
     s = sampler(ours, mix=[str(theirs)], extra_columns=[keys.SUCCESS_COL, keys.INTERVENTION_COL],
@@ -37,6 +37,8 @@ def test_mixed_datasets_train_as_one_sequence_of_episodes(pair):
     n_ours = sum(OURS_LENGTHS)
     assert s.num_frames == n_ours + sum(THEIRS_LENGTHS) and s.num_episodes == 5
     assert episode_offsets([read_meta(ours), read_meta(theirs)]) == [0, 3]
+    assert [(x["first_episode"], x["last_episode"], x["frames"]) for x in s.sources] == [(0, 2, 47), (3, 4, 28)]
+    assert f"dataset.mix: {theirs}: 2 episodes, numbered 3..4 (its own + 3), 28 frames" in capsys.readouterr().err
     eps = s.indices["episode_index"].numpy()
     np.testing.assert_array_equal(np.unique(eps), [0, 1, 2, 3, 4])
     assert (eps[n_ours:n_ours + 10] == 3).all() and (eps[n_ours + 10:] == 4).all()

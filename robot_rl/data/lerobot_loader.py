@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +178,14 @@ class ChunkSampler:
         if self.num_frames < cfg.batch_size:
             raise DatasetError(f"dataset {cfg.root} has {self.num_frames} frames, fewer than batch_size "
                                f"{cfg.batch_size}")
+        # Where each dataset's episodes sit in the one numbering (what a user names episodes by in a mix)
+        self.sources = [{"root": str(m.root), "offset": int(o), "episodes": len(np.unique(f.columns["episode_index"])),
+                         "frames": len(f.columns["index"]), "first_episode": int(f.columns["episode_index"].min()) + o,
+                         "last_episode": int(f.columns["episode_index"].max()) + o} for m, o, f, _ in parts]
+        if cfg.mix:
+            for src in self.sources:
+                print(f"dataset.mix: {src['root']}: {src['episodes']} episodes, numbered {src['first_episode']}.."
+                      f"{src['last_episode']} (its own + {src['offset']}), {src['frames']} frames", file=sys.stderr)
         rows = np.cumsum([0] + [len(f.columns["index"]) for _, _, f, _ in parts])
         self.images = self._image_cache()  # every dataset's frames decoded into their rows of one cache
         self.video_backend = None
