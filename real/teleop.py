@@ -114,22 +114,79 @@ class KeyboardTakeover:
             pass
 
 
-def _lerobot_keyboard() -> Any:
-    """LeRobot's ``KeyboardTeleop``, connected, or ``SafetyConfigError`` saying why keys cannot be read here. LeRobot
-    0.6.1's ``connect`` only warns when pynput cannot capture (headless, Wayland) and leaves it unconnected: its first
-    ``get_action`` would then raise mid-session, so that is checked here, before anything moves."""
+# ------------------------------------------------------------------------------------------------ success marks
+class SuccessMark(Protocol):
+    def marked(self) -> bool:
+        """Polled once per tick, after the step: whether the person marks the task done now."""
+
+    def close(self) -> None: ...
+
+
+class ScheduledMark:
+    """Success marked at the given poll indices (ticks, counted across episodes, as ``ScheduledTakeover``'s): demos
+    and tests. ``ScheduledMark([15])``: the 16th tick of the session is marked done."""
+
+    def __init__(self, ticks: Iterable[int]) -> None:
+        self.ticks, self.tick = {int(t) for t in ticks}, 0
+
+    def marked(self) -> bool:
+        hit = self.tick in self.ticks
+        self.tick += 1
+        return hit
+
+    def close(self) -> None:
+        pass
+
+
+class KeyboardMark:
+    """A key the person presses when the task is done (a real arm cannot tell): that tick's ``next.success`` is true
+    and the episode ends, as LeRobot's HIL-SERL keyboard marks success. Each press marks once (held, not again).
+
+    Args:
+        key: the key's character ("s") or pynput name ("f5").
+        keyboard: as ``KeyboardTakeover``'s (share the take-over's: one listener reads both keys); None: LeRobot's
+            ``KeyboardTeleop``, connected here and disconnected by ``close``.
+    """
+
+    def __init__(self, key: str = "s", keyboard: Any = None) -> None:
+        self.owned = keyboard is None
+        self.keyboard = _lerobot_keyboard("success_key") if keyboard is None else keyboard
+        self.key, self._down = key, False
+
+    def marked(self) -> bool:
+        down = self.key in {str(k).removeprefix("Key.") for k in self.keyboard.get_action()}
+        hit = down and not self._down
+        self._down = down
+        if hit:
+            log.warning("success marked by the person")
+        return hit
+
+    def close(self) -> None:
+        if self.owned:
+            try:
+                self.keyboard.disconnect()
+            except Exception:  # noqa: BLE001, S110 - best effort on the way out; the listener thread is a daemon
+                pass
+
+
+def _lerobot_keyboard(option: str = "takeover=keyboard") -> Any:
+    """LeRobot's ``KeyboardTeleop``, connected, or ``SafetyConfigError`` saying why keys cannot be read here (for
+    ``option``, the setting that asked for keys). LeRobot 0.6.1's ``connect`` only warns when pynput cannot capture
+    (headless, Wayland) and leaves it unconnected: its first ``get_action`` would then raise mid-session, so that is
+    checked here, before anything moves."""
     from lerobot.teleoperators.keyboard import KeyboardTeleop, KeyboardTeleopConfig
 
-    hint = ("run in an X11 session, on a Windows desktop or on macOS with input monitoring granted; or use "
-            "takeover=schedule or takeover=none")
+    other = ("takeover=schedule or takeover=none" if option.startswith("takeover") else
+             "success_schedule, or label the episodes afterwards (algo.labels.failed_episodes)")
+    hint = f"run in an X11 session, on a Windows desktop or on macOS with input monitoring granted; or use {other}"
     try:
         keyboard = KeyboardTeleop(KeyboardTeleopConfig())
         keyboard.connect()
     except Exception as e:
-        raise SafetyConfigError(f"takeover=keyboard: cannot read the keyboard ({type(e).__name__}: {e}); install "
+        raise SafetyConfigError(f"{option}: cannot read the keyboard ({type(e).__name__}: {e}); install "
                                 f"pynput (pip install pynput), {hint}") from e
     if not keyboard.is_connected:
-        raise SafetyConfigError("takeover=keyboard: pynput cannot capture key events in this session (no X11 "
+        raise SafetyConfigError(f"{option}: pynput cannot capture key events in this session (no X11 "
                                 f"display, or Wayland); {hint}")
     return keyboard
 
@@ -317,11 +374,13 @@ class SessionResult:
 
 def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeover: TakeoverSource,
                 recorder: Any, guard: SafetyGuard | None, episodes: int, stop_on_success: bool = True,
-                seed: int | None = None, on_written: Callable[[Any], None] | None = None) -> SessionResult:
+                seed: int | None = None, on_written: Callable[[Any], None] | None = None,
+                mark: SuccessMark | None = None) -> SessionResult:
     """Drive ``episodes`` episodes of at most ``env.max_episode_length`` ticks (see the module docstring); with a
     ``recorder`` (``robot_rl.data.recorder.EpisodeRecorder`` of one env) each episode is written when it ends, the
     watchdog paused meanwhile (the arm holds its last command); ``on_written`` is called with each
-    ``WrittenEpisode`` right after it is committed.
+    ``WrittenEpisode`` right after it is committed. ``mark``: the person's success marks (a marked tick is a success
+    and ends its episode, whatever ``stop_on_success``).
 
     Raises:
         TeleopLost: the teleoperator failed while the person had control (after one holding tick).
@@ -356,7 +415,11 @@ def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeove
             next_frame, reward, terminated, truncated, info = env.step(to_send, actor=actor, horizon=horizon)
             applied = info[keys.ACTION_COL]
             success = info[keys.SUCCESS]
-            done = bool(terminated[0] or truncated[0] or (stop_on_success and success[0]))
+            marked = mark is not None and mark.marked()
+            if marked:
+                success = torch.ones_like(success)
+                log.info("tick %d: success marked", env.steps)
+            done = bool(terminated[0] or truncated[0] or marked or (stop_on_success and success[0]))
             res.frames += 1
             res.human_ticks += int(human)
             if recorder is not None:
@@ -385,7 +448,8 @@ def guarded_session(robot: Any, safety: SafetyFilter, env_kwargs: dict[str, Any]
                     make_driver: Callable[[RobotEnv], PolicyDriver] | None = None, teleop: Any = None,
                     takeover: TakeoverSource | None = None, make_recorder: Callable[[], Any] | None = None,
                     stop_on_success: bool = True, seed: int | None = None,
-                    on_written: Callable[[Any], None] | None = None, watchdog: bool = True) -> SessionResult:
+                    on_written: Callable[[Any], None] | None = None, watchdog: bool = True,
+                    mark: SuccessMark | None = None) -> SessionResult:
     """``run_session`` on a connected robot with every exit path ordered safely: a ``SafetyGuard`` around the loop
     (torque off first, on any way out), the recorder made inside it (an error there still turns torque off) and
     closed -- LeRobot's ``finalize`` -- only after it, then the robot disconnected. This is what ``robot-rl deploy``
@@ -397,7 +461,7 @@ def guarded_session(robot: Any, safety: SafetyFilter, env_kwargs: dict[str, Any]
             driver = make_driver(env) if make_driver is not None else None
             recorder = make_recorder() if make_recorder is not None else None
             return run_session(env, driver, teleop, takeover or (NeverHuman() if driver else AlwaysHuman()),
-                               recorder, guard, episodes, stop_on_success, seed, on_written)
+                               recorder, guard, episodes, stop_on_success, seed, on_written, mark)
     finally:
         try:
             if recorder is not None:
@@ -410,5 +474,5 @@ def guarded_session(robot: Any, safety: SafetyFilter, env_kwargs: dict[str, Any]
                 safe_disconnect(robot)
 
 
-__all__ = ["AlwaysHuman", "KeyboardTakeover", "NeverHuman", "PolicyDriver", "ScheduledTakeover", "SessionResult",
-           "TakeoverSource", "guarded_session", "run_session"]
+__all__ = ["AlwaysHuman", "KeyboardMark", "KeyboardTakeover", "NeverHuman", "PolicyDriver", "ScheduledMark",
+           "ScheduledTakeover", "SessionResult", "SuccessMark", "TakeoverSource", "guarded_session", "run_session"]

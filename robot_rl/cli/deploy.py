@@ -59,6 +59,11 @@ class SessionSettings:
     task: str | None = None  # the instruction in every frame; None: the simulated robot's own (a real arm: set it)
     cameras: list[str] | None = None  # robot cameras read into frames; None: all of the robot's
     stop_on_success: bool = True  # end an episode when the robot reports success (so101_sim; a real arm never does)
+    # A key the person presses when the task is done ("s"): that tick's next.success is true and the episode ends
+    # (a real arm cannot report success; LeRobot's HIL-SERL marks it the same way). Read with the take-over's
+    # keyboard when takeover=keyboard. success_schedule: ticks (counted across episodes) marked done, for demos/tests.
+    success_key: str | None = None
+    success_schedule: list[int] = field(default_factory=list)
     realtime: bool = True  # pace the loop at fps (false: as fast as it runs; for so101_sim in tests)
     seed: int | None = None  # so101_sim: scene seed of episode i is seed + i
     safety: SafetyConfig = field(default_factory=SafetyConfig)
@@ -67,6 +72,8 @@ class SessionSettings:
         if self.episodes < 1 or self.fps < 1 or not self.episode_s > 0:
             raise ValueError(f"episodes and fps must be >= 1 and episode_s > 0, got {self.episodes}, {self.fps}, "
                              f"{self.episode_s}")
+        if self.success_key is not None and self.success_schedule:
+            raise ValueError("set success_key or success_schedule, not both")
 
 
 @dataclass
@@ -94,6 +101,8 @@ class DeployCommand(SessionSettings):
             raise ValueError(f"lookahead must be >= 0 ticks, got {self.lookahead}")
         if self.torch_threads < 1:
             raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
+        if self.takeover == "keyboard" and self.success_key == self.takeover_key:
+            raise ValueError(f"success_key and takeover_key are both {self.success_key!r}: give them different keys")
 
 
 # ------------------------------------------------------------------------------------------------ building
@@ -184,6 +193,18 @@ def load_any_policy(path: str, device: Any) -> Any:
         return load_policy(p, device)
     folder, _ = load_meta(p)
     return load_policy(folder / POLICY_DIR, device)
+
+
+def success_mark(c: SessionSettings, takeover: Any = None) -> Any:
+    """The person's success marks (``success_key`` / ``success_schedule``), or None; a keyboard take-over lends its
+    keyboard, so one listener reads both keys."""
+    from real.teleop import KeyboardMark, KeyboardTakeover, ScheduledMark
+
+    if c.success_schedule:
+        return ScheduledMark(c.success_schedule)
+    if c.success_key is None:
+        return None
+    return KeyboardMark(c.success_key, takeover.keyboard if isinstance(takeover, KeyboardTakeover) else None)
 
 
 def takeover_source(c: DeployCommand, teleop: Any) -> Any:
@@ -308,6 +329,7 @@ def deploy(cfg: Any) -> Any:
     robot = build_robot(robot_raw)
     teleop = build_teleop(teleop_raw, robot)
     takeover = takeover_source(c, teleop)
+    mark = success_mark(c, takeover)
     safety = SafetyFilter(c.safety, limits_from_robot(robot, c.safety.margin_deg))
     kwargs = session_kwargs(c, robot)
     connect_all(robot, teleop, safety)
@@ -322,8 +344,10 @@ def deploy(cfg: Any) -> Any:
                                    make_driver=lambda env: PolicyDriver(policy, safety, robot, env, c.lookahead),
                                    teleop=teleop,
                                    takeover=takeover, make_recorder=make_recorder, stop_on_success=c.stop_on_success,
-                                   seed=c.seed)
+                                   seed=c.seed, mark=mark)
         finally:
+            if mark is not None:
+                mark.close()
             takeover.close()
             if teleop is not None and getattr(teleop, "is_connected", False):
                 teleop.disconnect()

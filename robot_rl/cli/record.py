@@ -47,6 +47,7 @@ def record(cfg: Any) -> Any:
         recorder_factory,
         run_guarded,
         session_kwargs,
+        success_mark,
         summary,
     )
 
@@ -60,14 +61,18 @@ def record(cfg: Any) -> Any:
     teleop = build_teleop(teleop_raw, robot)
     safety = SafetyFilter(c.safety, limits_from_robot(robot, c.safety.margin_deg))
     kwargs = session_kwargs(c, robot)
+    mark = success_mark(c)  # keys that cannot be read here fail before anything moves
     connect_all(robot, teleop, safety)
     make_recorder = recorder_factory(dataclasses.replace(c.dataset), c, robot, robot_raw["type"], kwargs["cameras"])
 
     def body() -> Any:
         try:
             return guarded_session(robot, safety, kwargs, c.episodes, teleop=teleop, takeover=AlwaysHuman(),
-                                   make_recorder=make_recorder, stop_on_success=c.stop_on_success, seed=c.seed)
+                                   make_recorder=make_recorder, stop_on_success=c.stop_on_success, seed=c.seed,
+                                   mark=mark)
         finally:
+            if mark is not None:
+                mark.close()
             if getattr(teleop, "is_connected", False):
                 teleop.disconnect()
 

@@ -238,6 +238,29 @@ def test_deploy_end_to_end_on_so101_sim_with_a_takeover_and_recording(tmp_path, 
     assert not np.allclose(proposal[~inter], action[~inter])  # the VLA's proposals were clipped, and kept
 
 
+def test_a_success_mark_ends_its_episode_and_is_recorded_as_next_success(tmp_path, capsys):
+    """A real arm cannot report success: the person marks it (success_key; here success_schedule, the same path).
+    Tick 15 marked: episode 0 ends there (16 frames) with next.success true on its last frame only; episode 1 runs
+    its 30 ticks unmarked. The robot's own success is not what ends them (stop_on_success=false)."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    policy = vla(tmp_path / "vla")
+    root = tmp_path / "ds"
+    argv = ["deploy", *SIM, f"checkpoint={policy}", "episodes=2", "episode_s=1", f"dataset.root={root}",
+            "success_schedule=[15]", "stop_on_success=false", "realtime=false"]
+    assert run_main(argv) == 0
+    ds = LeRobotDataset("local/ds", root=root)
+    assert ds.meta.total_episodes == 2 and len(ds) == 16 + 30
+    success = np.stack([np.asarray(v) for v in ds.hf_dataset.to_pandas()[keys.SUCCESS_COL]]).squeeze().astype(bool)
+    expected = np.zeros(46, bool)
+    expected[15] = True
+    assert np.array_equal(success, expected)
+    for bad, message in ((["takeover=keyboard", "teleop=so101_sim_leader", "success_key=space"], "both 'space'"),
+                         (["success_key=s", "success_schedule=[3]"], "not both")):
+        assert run_main(["deploy", *SIM, f"checkpoint={policy}", *bad]) == 2
+        assert message in capsys.readouterr().err
+
+
 def test_deploy_a_state_policy_on_so101_sim_and_refuse_it_on_a_real_arm(tmp_path):
     """A Gaussian state policy trained in our simulator reads the task's state: it runs on so101_sim (from the
     scene) and is refused, before anything moves, on a follower arm."""
