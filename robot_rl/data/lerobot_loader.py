@@ -51,8 +51,8 @@ from robot_rl.data.lerobot_format import (
 from robot_rl.data.timing import drop_late_episodes
 from robot_rl.data.video_decode import BACKENDS, DecodeError, resolve_backend
 
-__all__ = ["ChunkDatasetConfig", "ChunkSampler", "DatasetError", "DatasetMeta", "camera_key", "episode_offsets",
-           "read_meta"]
+__all__ = ["ChunkDatasetConfig", "ChunkSampler", "DatasetError", "DatasetMeta", "camera_key", "check_mixable",
+           "episode_offsets", "read_meta"]
 
 INDEX_COLUMNS = ("episode_index", "frame_index", "index")
 Weights = torch.Tensor | Callable[[dict[str, torch.Tensor]], torch.Tensor]
@@ -129,29 +129,9 @@ class ChunkSampler:
         cams = metas[0].camera_keys if cfg.cameras is None else [camera_key(c) for c in cfg.cameras]
         self.image_keys = cams
         extras = list(cfg.extra_columns)
-        fill = set(cfg.fill_missing)
-        for c in extras:
-            if not any(c in m.features for m in metas):
-                raise DatasetError(f"dataset {cfg.root}{' and the mixed ones' if cfg.mix else ''} have no column "
-                                   f"{c!r}")
-        root_ft = metas[0].features
-        metas[0].require(cameras=cams, columns=[keys.OBS_STATE, keys.ACTION_COL, *(c for c in extras if c not in fill)])
-        sizes = {k: tuple(root_ft[k].get("shape", ())) for k in (keys.OBS_STATE, keys.ACTION_COL)}
+        check_mixable(metas, cams, extras, cfg.fill_missing, cfg.image_size is None)
         # The element names of state and action ("shoulder_pan.pos", ...), for the policy's processor.
-        self.names = {k: feature_names(root_ft[k]) for k in (keys.OBS_STATE, keys.ACTION_COL)}
-        for m in metas[1:]:
-            m.require(state=sizes[keys.OBS_STATE][0], action=sizes[keys.ACTION_COL][0], cameras=cams,
-                      columns=[c for c in extras if c not in fill])
-            for k, names in self.names.items():
-                if feature_names(m.features[k]) != names:
-                    raise DatasetError(f"dataset {m.root} names {k!r} {feature_names(m.features[k])}, dataset "
-                                       f"{metas[0].root} {names}: mixed datasets must hold the same quantities")
-            if cfg.image_size is None:
-                for k in cams:
-                    if image_hw(m.features[k]) != image_hw(root_ft[k]):
-                        raise DatasetError(f"dataset {m.root} stores {k!r} at {list(image_hw(m.features[k]))}, "
-                                           f"{metas[0].root} at {list(image_hw(root_ft[k]))}: set dataset.image_size "
-                                           f"to read both at one size")
+        self.names = {k: feature_names(metas[0].features[k]) for k in (keys.OBS_STATE, keys.ACTION_COL)}
         offsets = episode_offsets(metas)
         wanted = None if cfg.episodes is None else np.unique(np.asarray(cfg.episodes, dtype=np.int64))
         held = np.concatenate([m.episodes["episode_index"].astype(np.int64) + o for m, o in zip(metas, offsets)])
@@ -382,6 +362,30 @@ class ChunkSampler:
         self.gen.set_state(sd["gen"])
         self.perm, self.pos, self.epoch, self.drawn = sd["perm"].clone(), int(sd["pos"]), int(sd["epoch"]), \
             int(sd["drawn"])
+
+
+def check_mixable(metas: list[DatasetMeta], cameras: list[str], extras: list[str], fill_missing: list[str],
+                  same_image_size: bool) -> None:
+    """Raise one DatasetError naming the first dataset (root first, then ``mix``) that cannot train beside root: a
+    feature it lacks (state, action, a camera, an extra column not in ``fill_missing``; an extra column no dataset
+    has), another state or action size or element names, or (``same_image_size``) another stored image size."""
+    root, root_ft = metas[0].root, metas[0].features
+    for c in extras:
+        if not any(c in m.features for m in metas):
+            raise DatasetError(f"dataset {root}{' and the mixed ones' if len(metas) > 1 else ''} have no column {c!r}")
+    needed = [c for c in extras if c not in set(fill_missing)]
+    metas[0].require(cameras=cameras, columns=[keys.OBS_STATE, keys.ACTION_COL, *needed])
+    sizes = {k: int(root_ft[k]["shape"][0]) for k in (keys.OBS_STATE, keys.ACTION_COL)}
+    for m in metas[1:]:
+        m.require(state=sizes[keys.OBS_STATE], action=sizes[keys.ACTION_COL], cameras=cameras, columns=needed)
+        for k in sizes:
+            if feature_names(m.features[k]) != feature_names(root_ft[k]):
+                raise DatasetError(f"dataset {m.root} names {k!r} {feature_names(m.features[k])}, dataset {root} "
+                                   f"{feature_names(root_ft[k])}: mixed datasets must hold the same quantities")
+        for k in cameras if same_image_size else []:
+            if image_hw(m.features[k]) != image_hw(root_ft[k]):
+                raise DatasetError(f"dataset {m.root} stores {k!r} at {list(image_hw(m.features[k]))}, {root} at "
+                                   f"{list(image_hw(root_ft[k]))}: set dataset.image_size to read both at one size")
 
 
 def episode_offsets(metas: list[DatasetMeta]) -> list[int]:
