@@ -97,8 +97,7 @@ class KeyboardTakeover:
         self.key, self.on, self._down = key, False, False
 
     def engaged(self) -> bool:
-        pressed = {str(k).removeprefix("Key.") for k in self.keyboard.get_action()}
-        down = self.key in pressed
+        down = self.key in _keys_held(self.keyboard)
         if down and not self._down:  # a press toggles
             self.on = not self.on
             log.warning("take-over: %s", "person" if self.on else "policy")
@@ -154,7 +153,7 @@ class KeyboardMark:
         self.key, self._down = key, False
 
     def marked(self) -> bool:
-        down = self.key in {str(k).removeprefix("Key.") for k in self.keyboard.get_action()}
+        down = self.key in _keys_held(self.keyboard)
         hit = down and not self._down
         self._down = down
         if hit:
@@ -167,6 +166,12 @@ class KeyboardMark:
                 self.keyboard.disconnect()
             except Exception:  # noqa: BLE001, S110 - best effort on the way out; the listener thread is a daemon
                 pass
+
+
+def _keys_held(keyboard: Any) -> set[str]:
+    """The keys held now, by character ("t") or pynput name ("space"), from LeRobot's ``KeyboardTeleop.get_action()``
+    (characters, or pynput ``Key`` objects whose ``str`` is ``Key.<name>``)."""
+    return {str(k).removeprefix("Key.") for k in keyboard.get_action()}
 
 
 def _lerobot_keyboard(option: str = "takeover=keyboard") -> Any:

@@ -208,14 +208,13 @@ def check_outcome_columns(metas: Any, labels: LabelConfig | None = None) -> None
     Raises:
         ValueError: naming the dataset and column, and how to label the outcomes instead.
     """
-    from robot_rl.data.lerobot_loader import episode_offsets
+    from robot_rl.data.lerobot_loader import numbered_episodes
 
     metas = metas if isinstance(metas, list) else [metas]
     labels = labels or LabelConfig()
     if labels.named_episodes is not None:
         name, listed = labels.named_episodes
-        held = {int(e) + o for m, o in zip(metas, episode_offsets(metas))
-                for e in np.asarray(m.episodes["episode_index"]).reshape(-1)}
+        held = set(numbered_episodes(metas).tolist())
         outside = sorted(set(listed) - held)
         if outside:
             where = f"dataset {metas[0].root}" + (" and the mixed ones" if len(metas) > 1 else "")

@@ -52,7 +52,7 @@ from robot_rl.data.timing import drop_late_episodes
 from robot_rl.data.video_decode import BACKENDS, DecodeError, resolve_backend
 
 __all__ = ["ChunkDatasetConfig", "ChunkSampler", "DatasetError", "DatasetMeta", "camera_key", "check_mixable",
-           "episode_offsets", "read_meta"]
+           "episode_offsets", "numbered_episodes", "read_meta"]
 
 INDEX_COLUMNS = ("episode_index", "frame_index", "index")
 Weights = torch.Tensor | Callable[[dict[str, torch.Tensor]], torch.Tensor]
@@ -134,7 +134,7 @@ class ChunkSampler:
         self.names = {k: feature_names(metas[0].features[k]) for k in (keys.OBS_STATE, keys.ACTION_COL)}
         offsets = episode_offsets(metas)
         wanted = None if cfg.episodes is None else np.unique(np.asarray(cfg.episodes, dtype=np.int64))
-        held = np.concatenate([m.episodes["episode_index"].astype(np.int64) + o for m, o in zip(metas, offsets)])
+        held = numbered_episodes(metas)
         if wanted is not None and len(np.setdiff1d(wanted, held)):
             raise DatasetError(f"dataset {cfg.root}{' (with the mixed ones)' if cfg.mix else ''} has no episode "
                                f"{int(np.setdiff1d(wanted, held)[0])} (episodes {int(held.min())}..{int(held.max())})")
@@ -396,6 +396,12 @@ def episode_offsets(metas: list[DatasetMeta]) -> list[int]:
     for m in metas[:-1]:
         out.append(out[-1] + int(np.max(m.episodes["episode_index"], initial=-1)) + 1)
     return out
+
+
+def numbered_episodes(metas: list[DatasetMeta]) -> np.ndarray:
+    """Every episode index of the datasets (root first), in the one numbering of a mix (``episode_offsets``)."""
+    return np.concatenate([m.episodes["episode_index"].astype(np.int64).reshape(-1) + o
+                           for m, o in zip(metas, episode_offsets(metas))])
 
 
 def _extra_tensor(name: str, values: np.ndarray, ft: dict) -> torch.Tensor:
