@@ -80,6 +80,9 @@ def test_datasets_that_do_not_mix_are_refused_naming_why(pair, tmp_path):
         sampler(ours, mix=[str(theirs)], extra_columns=[keys.INTERVENTION_COL])  # not filled: required
     with pytest.raises(DatasetError, match="no episode 7"):
         sampler(ours, mix=[str(theirs)], episodes=[0, 7])
+    slow = make_dataset(tmp_path / "slow", lengths=[9], use_videos=False, fps=10)
+    with pytest.raises(DatasetError, match=rf"{slow} was recorded at 10 fps, {ours} at 30"):
+        sampler(ours, mix=[str(slow)])
     small = make_dataset(tmp_path / "small", lengths=[9], use_videos=False, size=16)
     with pytest.raises(DatasetError, match=r"\[16, 16\].*\[32, 32\].*dataset.image_size"):
         sampler(ours, mix=[str(small)])

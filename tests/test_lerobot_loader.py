@@ -45,12 +45,12 @@ def image_value(e: int, i: int, flip: bool = False, size: int = SIZE) -> np.ndar
 
 def make_dataset(root: Path, lengths=LENGTHS, use_videos: bool = True, nan_at: tuple[int, int] | None = None,
                  file_mb: float | None = None, tasks: tuple[str, ...] = ("pick the cube 0", "pick the cube 1"),
-                 without: tuple[str, ...] = (), size: int = SIZE) -> Path:
+                 without: tuple[str, ...] = (), size: int = SIZE, fps: int = 30) -> Path:
     """A small SO-101-style dataset written with LeRobot's own API: state/action as ``state_value``/``action_value``,
     cameras front and wrist (32x32), next.success on each episode's last frame, intervention on odd frames, episode
     e's task ``tasks[e % len(tasks)]``. ``file_mb``: LeRobot's data/video file-size cap (tiny: a new file per
     episode). ``without``: columns left out (e.g. ``intervention``, as a lerobot-eval recording lacks it); ``size``:
-    the cameras' side (pixels)."""
+    the cameras' side (pixels); ``fps``: the recording rate."""
     kind = "video" if use_videos else "image"
     img = {"dtype": kind, "shape": (size, size, 3), "names": ["height", "width", "channels"]}
     features = {keys.OBS_STATE: {"dtype": "float32", "shape": (6,), "names": JOINTS},
@@ -60,7 +60,7 @@ def make_dataset(root: Path, lengths=LENGTHS, use_videos: bool = True, nan_at: t
                 keys.INTERVENTION_COL: {"dtype": "bool", "shape": (1,), "names": None},
                 keys.REWARD_COL: {"dtype": "float32", "shape": (1,), "names": None}}
     features = {k: v for k, v in features.items() if k not in without}
-    ds = LeRobotDataset.create("local/" + root.name, fps=30, features=features, root=root,
+    ds = LeRobotDataset.create("local/" + root.name, fps=fps, features=features, root=root,
                                robot_type="so101_follower", use_videos=use_videos, video_files_size_in_mb=file_mb,
                                data_files_size_in_mb=file_mb)
     for e, length in enumerate(lengths):

@@ -368,7 +368,8 @@ def check_mixable(metas: list[DatasetMeta], cameras: list[str], extras: list[str
                   same_image_size: bool) -> None:
     """Raise one DatasetError naming the first dataset (root first, then ``mix``) that cannot train beside root: a
     feature it lacks (state, action, a camera, an extra column not in ``fill_missing``; an extra column no dataset
-    has), another state or action size or element names, or (``same_image_size``) another stored image size."""
+    has), another frame rate (a chunk of H frames would span another time), another state or action size or element
+    names, or (``same_image_size``) another stored image size."""
     root, root_ft = metas[0].root, metas[0].features
     for c in extras:
         if not any(c in m.features for m in metas):
@@ -377,6 +378,9 @@ def check_mixable(metas: list[DatasetMeta], cameras: list[str], extras: list[str
     metas[0].require(cameras=cameras, columns=[keys.OBS_STATE, keys.ACTION_COL, *needed])
     sizes = {k: int(root_ft[k]["shape"][0]) for k in (keys.OBS_STATE, keys.ACTION_COL)}
     for m in metas[1:]:
+        if m.fps != metas[0].fps:
+            raise DatasetError(f"dataset {m.root} was recorded at {m.fps:g} fps, {root} at {metas[0].fps:g}: an action "
+                               "chunk of H frames would span another time in each; mix datasets of one rate")
         m.require(state=sizes[keys.OBS_STATE], action=sizes[keys.ACTION_COL], cameras=cameras, columns=needed)
         for k in sizes:
             if feature_names(m.features[k]) != feature_names(root_ft[k]):
