@@ -114,51 +114,57 @@ class KeyboardTakeover:
 
 
 # ------------------------------------------------------------------------------------------------ success marks
-class SuccessMark(Protocol):
-    def marked(self) -> bool:
-        """Polled once per tick, after the step: whether the person marks the task done now."""
+SUCCESS, FAILURE = "success", "failure"  # the person's marks on an episode
+
+
+class EpisodeMark(Protocol):
+    def poll(self) -> str | None:
+        """Polled once per tick, after the step: ``SUCCESS`` (the person marks the task done), ``FAILURE`` (the
+        person gives the episode up) or None. A mark ends the episode."""
 
     def close(self) -> None: ...
 
 
 class ScheduledMark:
-    """Success marked at the given poll indices (ticks, counted across episodes, as ``ScheduledTakeover``'s): demos
-    and tests. ``ScheduledMark([15])``: the 16th tick of the session is marked done."""
+    """Marks at the given poll indices (ticks, counted across episodes, as ``ScheduledTakeover``'s): demos and tests.
+    ``ScheduledMark(success=[15])``: the 16th tick of the session is marked done."""
 
-    def __init__(self, ticks: Iterable[int]) -> None:
-        self.ticks, self.tick = {int(t) for t in ticks}, 0
+    def __init__(self, success: Iterable[int] = (), failure: Iterable[int] = ()) -> None:
+        self.success, self.failure, self.tick = {int(t) for t in success}, {int(t) for t in failure}, 0
 
-    def marked(self) -> bool:
-        hit = self.tick in self.ticks
-        self.tick += 1
-        return hit
+    def poll(self) -> str | None:
+        tick, self.tick = self.tick, self.tick + 1
+        return SUCCESS if tick in self.success else FAILURE if tick in self.failure else None
 
     def close(self) -> None:
         pass
 
 
 class KeyboardMark:
-    """A key the person presses when the task is done (a real arm cannot tell): that tick's ``next.success`` is true
-    and the episode ends, as LeRobot's HIL-SERL keyboard marks success. Each press marks once (held, not again).
+    """Keys the person presses to end an episode (a real arm cannot tell how it went): ``success_key`` when the task
+    is done (that tick's ``next.success`` is true, as LeRobot's HIL-SERL keyboard marks it), ``failure_key`` to give
+    it up (``next.success`` stays false). Each press marks once (held, not again); both at once: success.
 
     Args:
-        key: the key's character ("s") or pynput name ("f5").
-        keyboard: as ``KeyboardTakeover``'s (share the take-over's: one listener reads both keys); None: LeRobot's
+        success_key, failure_key: a key's character ("s") or pynput name ("f5"), or None for none.
+        keyboard: as ``KeyboardTakeover``'s (share the take-over's: one listener reads every key); None: LeRobot's
             ``KeyboardTeleop``, connected here and disconnected by ``close``.
     """
 
-    def __init__(self, key: str = "s", keyboard: Any = None) -> None:
+    def __init__(self, success_key: str | None = "s", failure_key: str | None = None, keyboard: Any = None) -> None:
         self.owned = keyboard is None
-        self.keyboard = _lerobot_keyboard("success_key") if keyboard is None else keyboard
-        self.key, self._down = key, False
+        self.keyboard = _lerobot_keyboard("success_key/failure_key") if keyboard is None else keyboard
+        self.keys = {k: v for k, v in ((SUCCESS, success_key), (FAILURE, failure_key)) if v is not None}
+        self._down: set[str] = set()
 
-    def marked(self) -> bool:
-        down = self.key in _keys_held(self.keyboard)
-        hit = down and not self._down
-        self._down = down
-        if hit:
-            log.warning("success marked by the person")
-        return hit
+    def poll(self) -> str | None:
+        held = _keys_held(self.keyboard)
+        down = {mark for mark, key in self.keys.items() if key in held}
+        pressed, self._down = down - self._down, down
+        verdict = SUCCESS if SUCCESS in pressed else FAILURE if FAILURE in pressed else None
+        if verdict is not None:
+            log.warning("the person marks the episode: %s", verdict)
+        return verdict
 
     def close(self) -> None:
         if self.owned:
@@ -182,7 +188,7 @@ def _lerobot_keyboard(option: str = "takeover=keyboard") -> Any:
     from lerobot.teleoperators.keyboard import KeyboardTeleop, KeyboardTeleopConfig
 
     other = ("takeover=schedule or takeover=none" if option.startswith("takeover") else
-             "success_schedule, or label the episodes afterwards (algo.labels.failed_episodes)")
+             "success_schedule / failure_schedule, or label the episodes afterwards (algo.labels.failed_episodes)")
     hint = f"run in an X11 session, on a Windows desktop or on macOS with input monitoring granted; or use {other}"
     try:
         keyboard = KeyboardTeleop(KeyboardTeleopConfig())
@@ -380,12 +386,12 @@ class SessionResult:
 def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeover: TakeoverSource,
                 recorder: Any, guard: SafetyGuard | None, episodes: int, stop_on_success: bool = True,
                 seed: int | None = None, on_written: Callable[[Any], None] | None = None,
-                mark: SuccessMark | None = None) -> SessionResult:
+                mark: EpisodeMark | None = None) -> SessionResult:
     """Drive ``episodes`` episodes of at most ``env.max_episode_length`` ticks (see the module docstring); with a
     ``recorder`` (``robot_rl.data.recorder.EpisodeRecorder`` of one env) each episode is written when it ends, the
     watchdog paused meanwhile (the arm holds its last command); ``on_written`` is called with each
-    ``WrittenEpisode`` right after it is committed. ``mark``: the person's success marks (a marked tick is a success
-    and ends its episode, whatever ``stop_on_success``).
+    ``WrittenEpisode`` right after it is committed. ``mark``: the person's marks (a mark ends its episode, whatever
+    ``stop_on_success``; a success mark makes the tick a success).
 
     Raises:
         TeleopLost: the teleoperator failed while the person had control (after one holding tick).
@@ -420,11 +426,12 @@ def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeove
             next_frame, reward, terminated, truncated, info = env.step(to_send, actor=actor, horizon=horizon)
             applied = info[keys.ACTION_COL]
             success = info[keys.SUCCESS]
-            marked = mark is not None and mark.marked()
-            if marked:
+            verdict = mark.poll() if mark is not None else None
+            if verdict == SUCCESS:
                 success = torch.ones_like(success)
-                log.info("tick %d: success marked", env.steps)
-            done = bool(terminated[0] or truncated[0] or marked or (stop_on_success and success[0]))
+            if verdict is not None:
+                log.info("tick %d: the person marks %s", env.steps, verdict)
+            done = bool(terminated[0] or truncated[0] or verdict is not None or (stop_on_success and success[0]))
             res.frames += 1
             res.human_ticks += int(human)
             if recorder is not None:
@@ -454,7 +461,7 @@ def guarded_session(robot: Any, safety: SafetyFilter, env_kwargs: dict[str, Any]
                     takeover: TakeoverSource | None = None, make_recorder: Callable[[], Any] | None = None,
                     stop_on_success: bool = True, seed: int | None = None,
                     on_written: Callable[[Any], None] | None = None, watchdog: bool = True,
-                    mark: SuccessMark | None = None) -> SessionResult:
+                    mark: EpisodeMark | None = None) -> SessionResult:
     """``run_session`` on a connected robot with every exit path ordered safely: a ``SafetyGuard`` around the loop
     (torque off first, on any way out), the recorder made inside it (an error there still turns torque off) and
     closed -- LeRobot's ``finalize`` -- only after it, then the robot disconnected. This is what ``robot-rl deploy``
@@ -479,5 +486,6 @@ def guarded_session(robot: Any, safety: SafetyFilter, env_kwargs: dict[str, Any]
                 safe_disconnect(robot)
 
 
-__all__ = ["AlwaysHuman", "KeyboardMark", "KeyboardTakeover", "NeverHuman", "PolicyDriver", "ScheduledMark",
-           "ScheduledTakeover", "SessionResult", "SuccessMark", "TakeoverSource", "guarded_session", "run_session"]
+__all__ = ["FAILURE", "SUCCESS", "AlwaysHuman", "EpisodeMark", "KeyboardMark", "KeyboardTakeover", "NeverHuman",
+           "PolicyDriver", "ScheduledMark", "ScheduledTakeover", "SessionResult", "TakeoverSource", "guarded_session",
+           "run_session"]

@@ -59,11 +59,14 @@ class SessionSettings:
     task: str | None = None  # the instruction in every frame; None: the simulated robot's own (a real arm: set it)
     cameras: list[str] | None = None  # robot cameras read into frames; None: all of the robot's
     stop_on_success: bool = True  # end an episode when the robot reports success (so101_sim; a real arm never does)
-    # A key the person presses when the task is done ("s"): that tick's next.success is true and the episode ends
-    # (a real arm cannot report success; LeRobot's HIL-SERL marks it the same way). Read with the take-over's
-    # keyboard when takeover=keyboard. success_schedule: ticks (counted across episodes) marked done, for demos/tests.
+    # Keys the person presses to end an episode (a real arm cannot report how it went): success_key ("s") when the
+    # task is done (that tick's next.success is true, as LeRobot's HIL-SERL marks it), failure_key ("f") to give it
+    # up. Read with the take-over's keyboard when takeover=keyboard. success_schedule / failure_schedule: ticks
+    # (counted across episodes) marked so, for demos and tests.
     success_key: str | None = None
+    failure_key: str | None = None
     success_schedule: list[int] = field(default_factory=list)
+    failure_schedule: list[int] = field(default_factory=list)
     realtime: bool = True  # pace the loop at fps (false: as fast as it runs; for so101_sim in tests)
     seed: int | None = None  # so101_sim: scene seed of episode i is seed + i
     safety: SafetyConfig = field(default_factory=SafetyConfig)
@@ -72,8 +75,11 @@ class SessionSettings:
         if self.episodes < 1 or self.fps < 1 or not self.episode_s > 0:
             raise ValueError(f"episodes and fps must be >= 1 and episode_s > 0, got {self.episodes}, {self.fps}, "
                              f"{self.episode_s}")
-        if self.success_key is not None and self.success_schedule:
-            raise ValueError("set success_key or success_schedule, not both")
+        if (self.success_key or self.failure_key) and (self.success_schedule or self.failure_schedule):
+            raise ValueError("mark episodes by keys (success_key, failure_key) or by schedule (success_schedule, "
+                             "failure_schedule), not both")
+        if self.success_key is not None and self.success_key == self.failure_key:
+            raise ValueError(f"success_key and failure_key are both {self.success_key!r}: give them different keys")
 
 
 @dataclass
@@ -101,8 +107,9 @@ class DeployCommand(SessionSettings):
             raise ValueError(f"lookahead must be >= 0 ticks, got {self.lookahead}")
         if self.torch_threads < 1:
             raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
-        if self.takeover == "keyboard" and self.success_key == self.takeover_key:
-            raise ValueError(f"success_key and takeover_key are both {self.success_key!r}: give them different keys")
+        for name in ("success_key", "failure_key"):
+            if self.takeover == "keyboard" and getattr(self, name) == self.takeover_key:
+                raise ValueError(f"{name} and takeover_key are both {self.takeover_key!r}: give them different keys")
 
 
 # ------------------------------------------------------------------------------------------------ building
@@ -195,16 +202,17 @@ def load_any_policy(path: str, device: Any) -> Any:
     return load_policy(folder / POLICY_DIR, device)
 
 
-def success_mark(c: SessionSettings, takeover: Any = None) -> Any:
-    """The person's success marks (``success_key`` / ``success_schedule``), or None; a keyboard take-over lends its
-    keyboard, so one listener reads both keys."""
+def episode_mark(c: SessionSettings, takeover: Any = None) -> Any:
+    """The person's marks on episodes (``success_key`` / ``failure_key``, or their schedules), or None; a keyboard
+    take-over lends its keyboard, so one listener reads every key."""
     from real.teleop import KeyboardMark, KeyboardTakeover, ScheduledMark
 
-    if c.success_schedule:
-        return ScheduledMark(c.success_schedule)
-    if c.success_key is None:
+    if c.success_schedule or c.failure_schedule:
+        return ScheduledMark(c.success_schedule, c.failure_schedule)
+    if c.success_key is None and c.failure_key is None:
         return None
-    return KeyboardMark(c.success_key, takeover.keyboard if isinstance(takeover, KeyboardTakeover) else None)
+    return KeyboardMark(c.success_key, c.failure_key,
+                        takeover.keyboard if isinstance(takeover, KeyboardTakeover) else None)
 
 
 def takeover_source(c: DeployCommand, teleop: Any) -> Any:
@@ -329,7 +337,7 @@ def deploy(cfg: Any) -> Any:
     robot = build_robot(robot_raw)
     teleop = build_teleop(teleop_raw, robot)
     takeover = takeover_source(c, teleop)
-    mark = success_mark(c, takeover)
+    mark = episode_mark(c, takeover)
     safety = SafetyFilter(c.safety, limits_from_robot(robot, c.safety.margin_deg))
     kwargs = session_kwargs(c, robot)
     connect_all(robot, teleop, safety)

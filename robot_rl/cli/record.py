@@ -44,10 +44,10 @@ def record(cfg: Any) -> Any:
         build_teleop,
         check_dataset_root,
         connect_all,
+        episode_mark,
         recorder_factory,
         run_guarded,
         session_kwargs,
-        success_mark,
         summary,
     )
 
@@ -61,7 +61,7 @@ def record(cfg: Any) -> Any:
     teleop = build_teleop(teleop_raw, robot)
     safety = SafetyFilter(c.safety, limits_from_robot(robot, c.safety.margin_deg))
     kwargs = session_kwargs(c, robot)
-    mark = success_mark(c)  # keys that cannot be read here fail before anything moves
+    mark = episode_mark(c)  # keys that cannot be read here fail before anything moves
     connect_all(robot, teleop, safety)
     make_recorder = recorder_factory(dataclasses.replace(c.dataset), c, robot, robot_raw["type"], kwargs["cameras"])
 

@@ -238,25 +238,28 @@ def test_deploy_end_to_end_on_so101_sim_with_a_takeover_and_recording(tmp_path, 
     assert not np.allclose(proposal[~inter], action[~inter])  # the VLA's proposals were clipped, and kept
 
 
-def test_a_success_mark_ends_its_episode_and_is_recorded_as_next_success(tmp_path, capsys):
-    """A real arm cannot report success: the person marks it (success_key; here success_schedule, the same path).
-    Tick 15 marked: episode 0 ends there (16 frames) with next.success true on its last frame only; episode 1 runs
-    its 30 ticks unmarked. The robot's own success is not what ends them (stop_on_success=false)."""
+def test_the_persons_marks_end_episodes_and_a_success_mark_is_recorded_as_next_success(tmp_path, capsys):
+    """A real arm cannot report how an episode went: the person marks it (success_key / failure_key; here their
+    schedules, the same path). Tick 15 marked done: episode 0 ends there (16 frames) with next.success true on its
+    last frame only; tick 40 given up: episode 1 ends there (ticks 16..40, 25 frames), next.success false; episode 2
+    runs its 30 ticks unmarked. The robot's own success is not what ends them (stop_on_success=false)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     policy = vla(tmp_path / "vla")
     root = tmp_path / "ds"
-    argv = ["deploy", *SIM, f"checkpoint={policy}", "episodes=2", "episode_s=1", f"dataset.root={root}",
-            "success_schedule=[15]", "stop_on_success=false", "realtime=false"]
+    argv = ["deploy", *SIM, f"checkpoint={policy}", "episodes=3", "episode_s=1", f"dataset.root={root}",
+            "success_schedule=[15]", "failure_schedule=[40]", "stop_on_success=false", "realtime=false"]
     assert run_main(argv) == 0
     ds = LeRobotDataset("local/ds", root=root)
-    assert ds.meta.total_episodes == 2 and len(ds) == 16 + 30
+    assert ds.meta.total_episodes == 3 and len(ds) == 16 + 25 + 30
     success = np.stack([np.asarray(v) for v in ds.hf_dataset.to_pandas()[keys.SUCCESS_COL]]).squeeze().astype(bool)
-    expected = np.zeros(46, bool)
+    expected = np.zeros(71, bool)
     expected[15] = True
     assert np.array_equal(success, expected)
     for bad, message in ((["takeover=keyboard", "teleop=so101_sim_leader", "success_key=space"], "both 'space'"),
-                         (["success_key=s", "success_schedule=[3]"], "not both")):
+                         (["takeover=keyboard", "teleop=so101_sim_leader", "failure_key=space"], "both 'space'"),
+                         (["success_key=s", "failure_key=s"], "both 's'"),
+                         (["failure_key=f", "success_schedule=[3]"], "not both")):
         assert run_main(["deploy", *SIM, f"checkpoint={policy}", *bad]) == 2
         assert message in capsys.readouterr().err
 

@@ -16,7 +16,7 @@ import torch
 from policies import keys
 from real.robot_env import ControlClock, RobotEnv, safe_connect
 from real.safety import SafetyConfig, SafetyConfigError, SafetyFilter, limits_from_robot
-from real.teleop import KeyboardMark, KeyboardTakeover, PolicyDriver, ScheduledMark, run_session
+from real.teleop import FAILURE, SUCCESS, KeyboardMark, KeyboardTakeover, PolicyDriver, ScheduledMark, run_session
 from tests.real._arm import MOTORS, ScriptedPolicy, ScriptedTeleop, follower
 from tests.real.test_robot_env import no_cam_recorder
 
@@ -69,17 +69,18 @@ def test_a_press_toggles_and_a_held_key_does_not_flip_again():
     assert [by_char.engaged() for _ in held] == [False] * 5 + [True] * 5  # pressed once (held two polls)
 
 
-def test_a_success_key_marks_once_per_press_and_shares_the_takeover_keyboard():
-    held = [set(), {"s"}, {"s"}, set(), {SPACE, "s"}, {SPACE}, set()]
+def test_marking_keys_mark_once_per_press_and_share_the_takeover_keyboard():
+    held = [set(), {"s"}, {"s"}, set(), {SPACE, "s"}, {SPACE}, {"f"}, {"f"}, set(), {"s", "f"}, set()]
     board = FakeKeyboard([h for h in held for _ in range(2)])  # two readers poll the one keyboard each tick
-    take, mark = KeyboardTakeover("space", keyboard=board), KeyboardMark("s", keyboard=board)
-    polled = [(take.engaged(), mark.marked()) for _ in held]
-    assert [m for _, m in polled] == [False, True, False, False, True, False, False]  # held: marked once
-    assert [t for t, _ in polled] == [False, False, False, False, True, True, True]  # the take-over still toggles
+    take, mark = KeyboardTakeover("space", keyboard=board), KeyboardMark("s", "f", keyboard=board)
+    polled = [(take.engaged(), mark.poll()) for _ in held]
+    # a held key marks once; "s" and "f" pressed on one tick: success
+    assert [m for _, m in polled] == [None, SUCCESS, None, None, SUCCESS, None, FAILURE, None, None, SUCCESS, None]
+    assert [t for t, _ in polled] == [False] * 4 + [True] * 7  # the take-over still toggles
     mark.close()
     assert not board.disconnected
-    sched = ScheduledMark([2, 4])
-    assert [sched.marked() for _ in range(6)] == [False, False, True, False, True, False]
+    sched = ScheduledMark(success=[2], failure=[4])
+    assert [sched.poll() for _ in range(6)] == [None, None, SUCCESS, None, FAILURE, None]
 
 
 def test_a_session_records_the_ticks_between_two_presses_as_the_persons(tmp_path):
