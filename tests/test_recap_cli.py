@@ -119,12 +119,15 @@ def test_a_hil_serl_recording_labels_outcomes_from_next_reward_and_corrections_f
                       ("awr", "algo.labels.successful_episodes=[0,2]"), ("awr", "algo.labels.failed_episodes=[1,3]")):
         run = tmp_path / how.split("=")[0].split(".")[-1]
         assert _offline(algo, root, run, "steps=2", how) == 0, capsys.readouterr().err
+        assert "outcomes: 2 of 4 episodes succeed" in capsys.readouterr().err
         labels, _ = read_sidecar(run / "labels")
         np.testing.assert_allclose(labels.value_target, expected, atol=1e-6, err_msg=how)
         assert not labels.intervention.any()  # no 'intervention' column: no corrections
     run = tmp_path / "corrections"
     assert _offline("recap", root, run, "steps=2", "algo.labels.success_column=next.reward",
                     "algo.labels.intervention_column=complementary_info.is_intervention") == 0
+    assert ("outcomes: 2 of 4 episodes succeed (next.reward >= 0.5); 1 with complementary_info.is_intervention "
+            "frames") in capsys.readouterr().err
     labels, _ = read_sidecar(run / "labels")
     taken_over = np.zeros(46, dtype=bool)
     taken_over[12 + 4:12 + 7] = True

@@ -241,16 +241,27 @@ def check_outcome_columns(metas: Any, labels: LabelConfig | None = None) -> None
             f"output_dir=NEW_DIR); algo=bc needs no outcomes")
 
 
-def check_some_success(sampler: Any, labels: LabelConfig) -> None:
+def check_some_success(sampler: Any, labels: LabelConfig) -> str:
     """Refuse frames in which no episode succeeds, as ``labels`` reads the outcomes: every value target would be -1
     and the advantages noise. The usual cause is a recording from a real arm, which cannot report success (our
-    deploy and record write ``next.success`` false throughout there).
+    deploy and record write ``next.success`` false throughout there). Returns a one-line summary of the outcomes
+    read (successes, episodes with corrections), for the user to check their labelling against.
 
     Raises:
         ValueError: naming the column read and how to name the successful episodes instead.
     """
-    if solved_frames(_frame_table(sampler), labels).any():
-        return
+    cols = _frame_table(sampler)
+    solved = solved_frames(cols, labels)
+    if solved.any():
+        eps = cols["episode_index"].reshape(-1)
+        n_eps, n_ok = len(np.unique(eps)), len(np.unique(eps[solved]))
+        how = (f"algo.labels.{labels.named_episodes[0]}" if labels.named_episodes is not None else
+               f"{labels.success_column} >= {labels.success_threshold:g}")
+        line = f"outcomes: {n_ok} of {n_eps} episodes succeed ({how})"
+        if labels.intervention_column in cols:
+            inter = np.asarray(cols[labels.intervention_column], dtype=np.float64).reshape(-1) >= 0.5
+            line += f"; {len(np.unique(eps[inter]))} with {labels.intervention_column} frames"
+        return line
     what = (f"algo.labels.{labels.named_episodes[0]} leaves none" if labels.named_episodes is not None else
             f"{labels.success_column!r} is never >= {labels.success_threshold} in its {sampler.num_episodes} "
             f"episodes")

@@ -237,7 +237,7 @@ def build_offline(cfg: Any) -> OfflineTraining:
     if adv_cfg is not None:  # outcomes that say nothing (no episode succeeds) are refused before any write
         from robot_rl.algos.recap import check_some_success
 
-        check_some_success(sampler, adv_cfg.labels)
+        print(check_some_success(sampler, adv_cfg.labels), file=sys.stderr)
     pretrained = None  # a value model that does not fit: refused before any write (loaded once, used below)
     if adv_cfg is not None and adv_cfg.value.pretrained:
         from robot_rl.algos.recap import load_pretrained_value
