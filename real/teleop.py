@@ -105,15 +105,10 @@ class KeyboardTakeover:
         return self.on
 
     def close(self) -> None:
-        if not self.owned:
-            return
-        try:
-            self.keyboard.disconnect()
-        except Exception:  # noqa: BLE001, S110 - best effort on the way out; the listener thread is a daemon
-            pass
+        _release(self.keyboard, self.owned)
 
 
-# ------------------------------------------------------------------------------------------------ success marks
+# ------------------------------------------------------------------------------------------------ episode marks
 SUCCESS, FAILURE = "success", "failure"  # the person's marks on an episode
 
 
@@ -167,11 +162,17 @@ class KeyboardMark:
         return verdict
 
     def close(self) -> None:
-        if self.owned:
-            try:
-                self.keyboard.disconnect()
-            except Exception:  # noqa: BLE001, S110 - best effort on the way out; the listener thread is a daemon
-                pass
+        _release(self.keyboard, self.owned)
+
+
+def _release(keyboard: Any, owned: bool) -> None:
+    """Disconnect a keyboard this side connected (a caller's stays the caller's)."""
+    if not owned:
+        return
+    try:
+        keyboard.disconnect()
+    except Exception:  # noqa: BLE001, S110 - best effort on the way out; the listener thread is a daemon
+        pass
 
 
 def _keys_held(keyboard: Any) -> set[str]:

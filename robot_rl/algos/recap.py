@@ -37,6 +37,7 @@ from robot_rl.data.labels import (
     LabelConfig,
     Labels,
     compute_labels,
+    intervention_frames,
     read_sidecar,
     solved_frames,
     targets_for,
@@ -258,8 +259,8 @@ def check_some_success(sampler: Any, labels: LabelConfig) -> str:
         how = (f"algo.labels.{labels.named_episodes[0]}" if labels.named_episodes is not None else
                f"{labels.success_column} >= {labels.success_threshold:g}")
         line = f"outcomes: {n_ok} of {n_eps} episodes succeed ({how})"
-        if labels.intervention_column in cols:
-            inter = np.asarray(cols[labels.intervention_column], dtype=np.float64).reshape(-1) >= 0.5
+        inter = intervention_frames(cols, labels)
+        if inter is not None:
             line += f"; {len(np.unique(eps[inter]))} with {labels.intervention_column} frames"
         return line
     what = (f"algo.labels.{labels.named_episodes[0]} leaves none" if labels.named_episodes is not None else
@@ -382,10 +383,10 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
     success_col = keys.SUCCESS_COL
     cols = _frame_table(sampler)
     cols[success_col] = solved_frames(cols, cfg.labels)  # the outcome as cfg.labels reads it, whatever the column
-    inter_col = None
-    if cfg.labels.intervention_column in sampler.extras:  # corrections as cfg.labels reads them (0/1 or bool)
-        inter_col = keys.INTERVENTION_COL
-        cols[inter_col] = np.asarray(cols[cfg.labels.intervention_column], dtype=np.float64).reshape(-1) >= 0.5
+    inter = intervention_frames(cols, cfg.labels)  # corrections as cfg.labels reads them (0/1 or bool)
+    inter_col = None if inter is None else keys.INTERVENTION_COL
+    if inter is not None:
+        cols[inter_col] = inter
     labels_dir, value_dir = run_dir / LABELS_DIR, run_dir / VALUE_DIR
     if (labels_dir / "labels.json").is_file():
         labels, meta = read_sidecar(labels_dir)

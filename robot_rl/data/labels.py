@@ -147,6 +147,14 @@ def solved_frames(columns: dict[str, np.ndarray], cfg: LabelConfig) -> np.ndarra
     return values >= cfg.success_threshold
 
 
+def intervention_frames(columns: dict[str, np.ndarray], cfg: LabelConfig) -> np.ndarray | None:
+    """[F] bool, True on the frames ``cfg.intervention_column`` marks (>= 0.5: bools, or 0.0 / 1.0 floats), or None
+    when the frames carry no such column (no corrections)."""
+    if cfg.intervention_column not in columns:
+        return None
+    return np.asarray(columns[cfg.intervention_column], dtype=np.float64).reshape(-1) >= 0.5
+
+
 def max_length(episode_index: np.ndarray, cfg_value: int | None) -> int:
     """M: the configured max episode length, else the longest episode (frames)."""
     if cfg_value is not None:
