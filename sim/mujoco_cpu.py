@@ -27,10 +27,12 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import mujoco
 import mujoco.rollout
+import numba
 import numpy as np
 import torch
 
@@ -60,6 +62,30 @@ def _warn_if_openmp_spins(num_threads: int) -> None:
                 "benchmarks/torch_threads.py). Import sim or robot_rl before torch, or set GOMP_SPINCOUNT=%s in the "
                 "environment, or call torch.set_num_threads(1) while stepping.", torch.get_num_threads(),
                 robot_rl.OPENMP_SPIN_DEFAULT)
+
+
+@numba.njit(cache=True)
+def _faults(state: np.ndarray, sens: np.ndarray, qvel: slice, max_abs_qvel: float, nonfinite: np.ndarray,
+            too_fast: np.ndarray) -> None:
+    """``Physics.faults`` in one pass over the batched arrays: rows of ``state`` [N, nstate] or ``sens`` holding a NaN
+    or inf, and rows whose joint speeds (``state[:, qvel]``) hold no NaN and exceed ``max_abs_qvel``."""
+    for i in range(state.shape[0]):
+        bad, nan, fastest = False, False, 0.0
+        for j in range(state.shape[1]):
+            x = state[i, j]
+            if not math.isfinite(x):
+                bad = True
+        for j in range(sens.shape[1]):
+            if not math.isfinite(sens[i, j]):
+                bad = True
+        for j in range(qvel.start, qvel.stop):
+            x = state[i, j]
+            if math.isnan(x):
+                nan = True
+            elif abs(x) > fastest:
+                fastest = abs(x)
+        nonfinite[i] = bad
+        too_fast[i] = not nan and fastest > max_abs_qvel
 
 
 def _component_slices(model: mujoco.MjModel, spec: int, parts: list[int]) -> dict[int, slice]:
@@ -123,6 +149,7 @@ class MujocoPhysics(Physics):
         sl = _component_slices(model, _FULL, [_S.mjSTATE_QPOS.value, _S.mjSTATE_QVEL.value])
         us = _component_slices(model, _USER, [_S.mjSTATE_CTRL.value, _S.mjSTATE_MOCAP_POS.value,
                                                _S.mjSTATE_MOCAP_QUAT.value])
+        self._qvel_cols = sl[_S.mjSTATE_QVEL.value]
         t_state, t_user = torch.from_numpy(self._state), torch.from_numpy(self._user)
         nm = model.nmocap
         self.state = SimState(
@@ -195,6 +222,13 @@ class MujocoPhysics(Physics):
     def nonfinite(self) -> torch.Tensor:
         bad = ~(np.isfinite(self._state).all(axis=1) & np.isfinite(self._sens).all(axis=1))
         return torch.from_numpy(bad)
+
+    def faults(self, max_abs_qvel: float) -> tuple[torch.Tensor, torch.Tensor]:
+        # one compiled pass: the numpy and torch checks cost ~80 us per step at 64 humanoids, ~3% of the physics
+        nonfinite = torch.empty(self.num_envs, dtype=torch.bool)
+        too_fast = torch.empty(self.num_envs, dtype=torch.bool)
+        _faults(self._state, self._sens, self._qvel_cols, float(max_abs_qvel), nonfinite.numpy(), too_fast.numpy())
+        return nonfinite, too_fast
 
     def forward(self, env_ids: torch.Tensor) -> None:
         for i in env_ids.tolist():

@@ -32,6 +32,11 @@ class Physics(ABC):
         s = self.state
         return nonfinite_rows(s.qpos) | nonfinite_rows(s.qvel) | nonfinite_rows(s.sensordata)
 
+    def faults(self, max_abs_qvel: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """The env's checks after every step, bool [N] each: ``nonfinite()``, and the envs with a finite joint speed
+        above ``max_abs_qvel`` (a diverging simulation; a NaN counts only as non-finite)."""
+        return self.nonfinite(), self.state.qvel.abs().amax(dim=1) > max_abs_qvel
+
     @abstractmethod
     def forward(self, env_ids: torch.Tensor) -> None:
         """Recompute derived quantities (sensordata) of ``env_ids`` after their state was written."""

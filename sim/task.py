@@ -55,6 +55,20 @@ class Task(ABC):
     def reward_terms(self, state: SimState, action: torch.Tensor) -> dict[str, torch.Tensor]:
         """Unweighted reward terms, each [N], keyed and ordered as ``reward_term_names``."""
 
+    def reward_term_matrix(self, state: SimState, action: torch.Tensor) -> torch.Tensor:
+        """float [N, terms]: the unweighted terms as columns in ``reward_term_names`` order (what the env weighs and
+        sums). By default ``reward_terms`` stacked; a task that computes its terms together (a fused kernel) returns
+        its matrix as it is.
+
+        Raises:
+            RuntimeError: ``reward_terms`` returned other names, or another order, than ``reward_term_names``.
+        """
+        terms = self.reward_terms(state, action)
+        if tuple(terms) != tuple(self.reward_term_names):
+            raise RuntimeError(f"{type(self).__name__}.reward_terms returned {list(terms)}, but its "
+                               f"reward_term_names are {list(self.reward_term_names)} (same order)")
+        return torch.stack(list(terms.values()), dim=1)
+
     @abstractmethod
     def success(self, state: SimState) -> torch.Tensor:
         """bool [N]."""

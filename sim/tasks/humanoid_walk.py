@@ -424,7 +424,7 @@ class HumanoidWalkTask(Task):
     def reward_terms(self, state: SimState, action: torch.Tensor) -> dict[str, torch.Tensor]:
         """Unweighted terms. Called once per control step after physics: it also updates the feet's air time."""
         if self._kernel_args is not None:
-            return self._fused_reward_terms(state)
+            return dict(zip(self.reward_term_names, self._fused_reward_matrix(state).unbind(1), strict=True))
         lin_vel, ang_vel, gravity = self._base(state)
         q = state.qpos[:, self.qpos_idx].float()
         contact = self._contact(state)
@@ -448,7 +448,12 @@ class HumanoidWalkTask(Task):
             "fall": -fallen.float(),
         }
 
-    def _fused_reward_terms(self, state: SimState) -> dict[str, torch.Tensor]:
+    def reward_term_matrix(self, state: SimState, action: torch.Tensor) -> torch.Tensor:
+        if self._kernel_args is not None:
+            return self._fused_reward_matrix(state)
+        return super().reward_term_matrix(state, action)
+
+    def _fused_reward_matrix(self, state: SimState) -> torch.Tensor:
         k, n = self._kernel_args, state.num_envs
         terms = torch.empty(n, len(self.reward_term_names))
         fallen = torch.empty(n, dtype=torch.bool)
@@ -457,7 +462,7 @@ class HumanoidWalkTask(Task):
                         self.air_time.numpy(), k["contact_cols"], k["contact_foot"], k["foot_vel_cols"], k["adr"],
                         k["params"], terms.numpy(), fallen.numpy())
         state.derived("humanoid_walk.fallen", lambda: fallen)  # terminated() reads it: the same test, not redone
-        return dict(zip(self.reward_term_names, terms.unbind(1), strict=True))
+        return terms
 
     def _fallen(self, state: SimState) -> torch.Tensor:
         def compute() -> torch.Tensor:

@@ -61,3 +61,29 @@ def test_close_joins_the_worker_threads():
     env.close()
     env.close()  # twice is harmless
     assert workers() == before
+
+
+def test_fault_checks_in_one_pass_match_the_reference():
+    """``MujocoPhysics.faults`` checks the batched arrays in one compiled pass; by hand and against the backend-agnostic
+    ``Physics.faults`` (torch ops): NaN or inf anywhere in the state or the sensor readings is non-finite, and a
+    joint speed past the limit diverged unless a NaN makes the row only non-finite."""
+    from sim.physics import Physics
+
+    env = make_env("so101_lift", SimConfig(num_envs=7, num_threads=1))
+    try:
+        env.reset(seed=0)
+        s = env.physics.state
+        s.qpos[1, 2] = float("nan")
+        s.sensordata[2, -1] = float("inf")
+        s.qvel[3, 0] = -60.0  # past the limit of 50 below
+        s.qvel[4, 1] = 60.0
+        s.qvel[4, 2] = float("nan")  # ... but NaN: non-finite only, as torch's amax says
+        s.qvel[5, 3] = float("inf")  # inf is both
+        s.qvel[6, 0] = 50.0  # at the limit: fine
+        nonfinite, too_fast = env.physics.faults(50.0)
+        assert nonfinite.tolist() == [False, True, True, False, True, True, False]
+        assert too_fast.tolist() == [False, False, False, True, False, True, False]
+        ref = Physics.faults(env.physics, 50.0)
+        assert torch.equal(nonfinite, ref[0]) and torch.equal(too_fast, ref[1])
+    finally:
+        env.close()
