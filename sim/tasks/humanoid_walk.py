@@ -478,5 +478,14 @@ class HumanoidWalkTask(Task):
         return torch.zeros(state.num_envs, dtype=torch.bool, device=state.qpos.device)
 
     def task_state_dict(self) -> dict[str, torch.Tensor]:
+        # the generator too: between resets it draws the observation noise, commands and pushes
         return {"command": self.command, "command_timer": self.command_timer, "push_timer": self.push_timer,
-                "last_action": self.last_action, "prev_action": self.prev_action, "air_time": self.air_time}
+                "last_action": self.last_action, "prev_action": self.prev_action, "air_time": self.air_time,
+                "rng": self.rng.get_state()}
+
+    def load_task_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        sd = dict(sd)
+        rng = sd.pop("rng", None)  # absent from checkpoints written before it was saved
+        if rng is not None:
+            self.rng.set_state(rng)
+        super().load_task_state_dict(sd)
