@@ -1,5 +1,7 @@
 """The VecEnv contract on every SO-101 task with the embedded MuJoCo backend (real MuJoCo, small N)."""
 
+import re
+
 import pytest
 import torch
 
@@ -273,3 +275,18 @@ def test_a_misspelled_reward_weight_is_an_error_naming_it():
 def test_mujoco_envs_are_resumable():
     env = _env("so101_reach", n=1)
     assert env.resumable
+
+
+def test_reward_terms_out_of_order_are_refused_naming_both():
+    """The env weighs the terms by position (``Task.reward_term_matrix``): a task returning them in another order than
+    its ``reward_term_names`` would weigh each by another's weight, so the first step refuses it."""
+    from sim.registry import make_task
+
+    task = make_task("so101_reach")
+    terms_of = task.reward_terms
+    task.reward_terms = lambda state, action: dict(reversed(list(terms_of(state, action).items())))
+    env = make_env(task, SimConfig(num_envs=2))
+    env.reset(seed=0)
+    names = list(task.reward_term_names)
+    with pytest.raises(RuntimeError, match=f"returned {re.escape(str(names[::-1]))}.*are {re.escape(str(names))}"):
+        env.step(torch.zeros(2, 6))
