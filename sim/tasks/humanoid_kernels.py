@@ -1,11 +1,12 @@
-"""humanoid_walk's per-step math fused into two compiled loops over the envs, for the embedded CPU backend.
+"""humanoid_walk's per-step math as compiled loops over the envs, for the embedded CPU backend.
 
 ``sim/tasks/humanoid_walk.py`` writes its reward terms and observations as small batched torch functions: the
 reference, and what runs on MJX and Warp. On the CPU at N = 64 those ~200 tiny ops cost ~0.34 ms per env step
 against ~2.7 ms of physics (``benchmarks/sim_throughput.py``: outside-physics work held humanoid_walk at 0.61x of
-raw ``mujoco.rollout``), nearly all of it per-op dispatch, not arithmetic. Here the same math runs as one numba loop
-per env over the backend's numpy state (zero-copy), ~10 us per call. ``tests/sim/test_humanoid.py`` checks both
-give the same terms, air times, falls and observations on states of a randomly driven humanoid.
+raw ``mujoco.rollout``), nearly all of it per-op overhead, not arithmetic. Here the same math runs as numba loops
+over the backend's numpy state (zero-copy), ~10 us a call; the random draws stay torch's, made in the reference's
+order, so a seed gives the same noise either way. ``tests/sim/test_humanoid.py`` holds both to the same terms, air
+times, falls, reset poses, commands, joint targets and observations, step by step.
 
 Units and conventions are humanoid_walk's: velocities in the base frame, quaternions (w, x, y, z), gravity the unit
 world down (0, 0, -1) in the base frame.
@@ -52,7 +53,8 @@ def rewards(sens: np.ndarray, qpos: np.ndarray, qpos_idx: np.ndarray, joints: np
     thr, dt = f(params[P_AIR_THRESHOLD]), f(params[P_DT])
     for i in range(n):
         lv0, lv1, lv2, av0, av1, av2, g0, g1, g2, _ = _base(sens, i, adr)
-        fell = sens[i, adr[A_POS] + 2] < params[P_FALL_HEIGHT] or g2 > params[P_TILT_Z]  # height unrounded, as the reference
+        # the height compared unrounded, as the reference compares it
+        fell = sens[i, adr[A_POS] + 2] < params[P_FALL_HEIGHT] or g2 > params[P_TILT_Z]
         fallen[i] = fell
         c0, c1, c2 = command[i, 0], command[i, 1], command[i, 2]
         terms[i, 0] = math.exp(-((c0 - lv0) ** 2 + (c1 - lv1) ** 2) / params[P_LIN_STD2])
