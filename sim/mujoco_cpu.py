@@ -219,10 +219,6 @@ class MujocoPhysics(Physics):
         64 envs; -3.4 and 34 with them recomputed) and FlashSAC never learned the randomized task."""
         mujoco.mj_setConst(self._models[i], self._scratch)  # the scratch data is reloaded before every use
 
-    def nonfinite(self) -> torch.Tensor:
-        bad = ~(np.isfinite(self._state).all(axis=1) & np.isfinite(self._sens).all(axis=1))
-        return torch.from_numpy(bad)
-
     def faults(self, max_abs_qvel: float) -> tuple[torch.Tensor, torch.Tensor]:
         # one compiled pass: the numpy and torch checks cost ~80 us per step at 64 humanoids, ~3% of the physics
         nonfinite = torch.empty(self.num_envs, dtype=torch.bool)
