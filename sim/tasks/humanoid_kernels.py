@@ -42,6 +42,16 @@ def _base(sens: np.ndarray, i: int, adr: np.ndarray) -> tuple[float, float, floa
 
 
 @numba.njit(cache=True)
+def _touch(sens: np.ndarray, i: int, foot: int, contact_cols: np.ndarray, contact_foot: np.ndarray) -> np.float32:
+    """1.0 where any contact sensor of env i's ``foot`` found the floor, else 0.0."""
+    found = np.float32(0.0)
+    for s in range(contact_cols.shape[0]):
+        if contact_foot[s] == foot:
+            found += np.float32(sens[i, contact_cols[s]])
+    return np.float32(1.0) if found > 0 else np.float32(0.0)
+
+
+@numba.njit(cache=True)
 def rewards(sens: np.ndarray, qpos: np.ndarray, qpos_idx: np.ndarray, joints: np.ndarray, last_action: np.ndarray,
             prev_action: np.ndarray, command: np.ndarray, air_time: np.ndarray, contact_cols: np.ndarray,
             contact_foot: np.ndarray, foot_vel_cols: np.ndarray, adr: np.ndarray, params: np.ndarray,
@@ -74,11 +84,7 @@ def rewards(sens: np.ndarray, qpos: np.ndarray, qpos_idx: np.ndarray, joints: np
         moving = math.sqrt(c0 * c0 + c1 * c1 + c2 * c2) > 0.1
         air, slip = f(0.0), f(0.0)
         for k in range(feet):
-            found = f(0.0)
-            for s in range(contact_cols.shape[0]):
-                if contact_foot[s] == k:
-                    found += f(sens[i, contact_cols[s]])
-            touch = f(1.0) if found > 0 else f(0.0)
+            touch = _touch(sens, i, k, contact_cols, contact_foot)
             if air_time[i, k] > 0:  # first contact after a swing
                 air += (air_time[i, k] - thr) * touch
             air_time[i, k] = (air_time[i, k] + dt) * (f(1.0) - touch)
@@ -119,11 +125,7 @@ def observations(sens: np.ndarray, qpos: np.ndarray, qvel: np.ndarray, qpos_idx:
             policy[i, j] = x
         critic[i, width] = h
         for k in range(feet):
-            found = f(0.0)
-            for s in range(contact_cols.shape[0]):
-                if contact_foot[s] == k:
-                    found += f(sens[i, contact_cols[s]])
-            critic[i, width + 1 + k] = f(1.0) if found > 0 else f(0.0)
+            critic[i, width + 1 + k] = _touch(sens, i, k, contact_cols, contact_foot)
 
 
 @numba.njit(cache=True)
