@@ -60,6 +60,29 @@ def test_task_runs_on_another_mjcf(tmp_path):
     env.close()
 
 
+def test_fused_cpu_kernels_agree_on_another_mjcf(tmp_path):
+    """The CPU's compiled loops take their sizes from the robot (12 joints here, feet found from the soles): they give
+    the torch reference's rewards, observations and states on the biped too, each step from the same state."""
+    path = _legs_only_biped(tmp_path)
+    fused, ref = (make_env("humanoid_walk", SimConfig(num_envs=4, seed=1),
+                           _biped_cfg(path, fused_cpu=f, init_joint_noise=0.5)) for f in (True, False))
+    assert fused.task._kernel_args is not None and ref.task._kernel_args is None
+    fused.reset(seed=1)
+    ref.reset(seed=1)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        a = torch.rand(4, 12, generator=g) * 2 - 1
+        ref.load_state_dict(fused.state_dict())
+        (obs_f, r_f, te_f, _, _), (obs_r, r_r, te_r, _, _) = fused.step(a), ref.step(a)
+        torch.testing.assert_close(r_f, r_r, rtol=1e-5, atol=1e-5)
+        assert torch.equal(te_f, te_r) and obs_f.keys() == obs_r.keys()
+        for k in obs_r:
+            torch.testing.assert_close(obs_f[k], obs_r[k], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(fused.physics.state.qpos, ref.physics.state.qpos, rtol=0, atol=1e-6)
+    fused.close()
+    ref.close()
+
+
 def test_description_errors_are_clear(tmp_path):
     path = _legs_only_biped(tmp_path)
     with pytest.raises(ValueError, match="no body 'pelvis'"):
