@@ -13,6 +13,7 @@ from robot_rl.data.labels import (
     corrections,
     episode_bounds,
     indicators,
+    intervention_frames,
     max_length,
     n_step_advantages,
     read_sidecar,
@@ -148,3 +149,47 @@ def test_bad_input_is_refused():
         LabelConfig(positive_fraction=0.0)
     with pytest.raises(ValueError, match="smooth_window must be an odd"):
         LabelConfig(smooth_window=4)
+
+
+def test_a_success_on_the_first_row_of_the_table():
+    # episode 0 is solved on its first frame, which is also row 0 of the table (first success row = 0): its frames are
+    # at the goal (target 0, reward 0), not a failure; episode 1 (2 frames) is solved on its last frame
+    eps, succ = np.array([0, 0, 1, 1]), np.array([True, False, False, True])
+    np.testing.assert_array_equal(value_targets(eps, succ, M, C), [0.0, 0.0, -0.125, 0.0])
+    np.testing.assert_array_equal(rewards(eps, succ, M, C), [0.0, 0.0, -0.125, 0.0])
+
+
+def test_a_one_frame_table_is_labelled():
+    start, end = episode_bounds(np.array([7]))
+    assert start.tolist() == [0] and end.tolist() == [0]
+    np.testing.assert_array_equal(value_targets(np.array([7]), np.array([False]), M, C), [-0.375])  # -(1 + 2) / 8
+
+
+def test_an_advantage_equal_to_its_tasks_threshold_is_positive():
+    # five frames of one task, top 50 %: the 0.5 quantile falls exactly on the middle value 0.25
+    adv = np.array([0.0, 0.125, 0.25, 0.5, 0.75])
+    thr = task_thresholds(adv, np.zeros(5, dtype=int), 0.5)
+    assert thr == {0: 0.25}
+    np.testing.assert_array_equal(indicators(adv, np.zeros(5, dtype=int), thr), [0, 0, 1, 1, 1])
+
+
+def test_a_human_demo_episode_anywhere_in_the_table_is_no_correction():
+    # episode 0: the policy, then a human on its last frame; episode 1: a human throughout (a demo), after episode 0
+    inter = np.array([0, 0, 0, 1, 1, 1, 1], dtype=bool)
+    np.testing.assert_array_equal(corrections(EPS, inter), [0, 0, 0, 1, 0, 0, 0])
+
+
+def test_the_intervention_column_counts_from_one_half():
+    cols = {"intervention": np.array([0.0, 0.49, 0.5, 1.0])}
+    np.testing.assert_array_equal(intervention_frames(cols, LabelConfig()), [False, False, True, True])
+    assert intervention_frames({}, LabelConfig()) is None
+
+
+@pytest.mark.parametrize("field, ok, bad", [("n_step", 1, 0), ("positive_fraction", 1.0, 1.01),
+                                           ("positive_fraction", 0.01, 0.0),
+                                           ("max_episode_length", 1, 0), ("fail_penalty", 0.0, -0.5),
+                                           ("smooth_window", 1, -1)])
+def test_label_settings_at_their_limits(field, ok, bad):
+    assert getattr(LabelConfig(**{field: ok}), field) == ok
+    with pytest.raises(ValueError, match=field):
+        LabelConfig(**{field: bad})
