@@ -50,6 +50,14 @@ def test_categorical_projection_by_hand():
     # row 2: Tz(−1) = 2 + 0.9·(−1 + 0.5) = 1.55 -> 1;  Tz(1) = 2 + 0.9·1.5 = 3.35 -> 1
     expected = torch.tensor([[0.0, 0.75, 0.25], [0.0, 0.7, 0.3], [0.0, 0.0, 1.0]])
     torch.testing.assert_close(out, expected)
+    # log π' = −2 (a log-probability other than −1 tells α·log π' from α / log π'): Tz(1) = −0.5 + 0.5·(1 + 1) = 0.5
+    # -> half on z = 0, half on z = 1
+    out = returns.categorical_projection(next_probs[:1], reward[:1], discount[:1], support, torch.tensor([-2.0]),
+                                         alpha=0.5)
+    torch.testing.assert_close(out, torch.tensor([[0.0, 0.5, 0.5]]))
+    # α defaults to 0: a log-probability alone shifts nothing
+    torch.testing.assert_close(returns.categorical_projection(next_probs, reward, discount, support, log_prob),
+                               returns.categorical_projection(next_probs, reward, discount, support))
 
 
 def test_categorical_projection_exact_atoms_and_mass():
