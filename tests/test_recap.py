@@ -25,6 +25,7 @@ def test_spearman_and_voc_on_hand_made_sequences():
     # ranks [1.5, 1.5, 3] vs [1, 2, 3]: centred [-.5, -.5, 1] . [-1, 0, 1] = 1.5, over sqrt(1.5 * 2)
     assert spearman([0.0, 0.0, 1.0], [0, 1, 2]) == pytest.approx(1.5 / math.sqrt(3.0))
     assert math.isnan(spearman([1.0, 1.0], [0, 1]))
+    assert spearman([1.0, 2.0], [0, 1]) == pytest.approx(1.0) and math.isnan(spearman([1.0], [0]))  # n = 2 is enough
     values = np.array([-0.3, -0.2, -0.1, -0.1, -0.2, -0.3, -0.9, -0.8])
     eps = np.array([0, 0, 0, 1, 1, 1, 2, 2])
     frames = np.array([0, 1, 2, 0, 1, 2, 0, 1])
