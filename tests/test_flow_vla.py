@@ -86,6 +86,12 @@ def test_time_sampling_is_the_affine_beta():
     u = torch.rand(5, generator=torch.Generator().manual_seed(3))
     torch.testing.assert_close(sample_time(5, generator=torch.Generator().manual_seed(3)),
                                0.999 * u.pow(2 / 3) + 0.001)
+    # alpha = 1 is the uniform on [0.001, 1]; alpha <= 0 is no Beta distribution
+    torch.testing.assert_close(sample_time(5, alpha=1.0, generator=torch.Generator().manual_seed(3)),
+                               0.999 * u + 0.001)
+    for bad in (0.0, -1.5):
+        with pytest.raises(ValueError, match="alpha must be > 0"):
+            sample_time(5, alpha=bad)
 
 
 def test_euler_integration_by_hand():
@@ -106,6 +112,11 @@ def test_euler_integration_by_hand():
     # v = t·x, 2 steps: x ← x − 0.5·x = 0.5 x; then x ← 0.5x − 0.5·0.5·0.5x = 0.375·x1
     torch.testing.assert_close(euler_integrate(lambda x, t, k: t[:, None] * x, x1, 2), torch.tensor([[0.75, -1.5]]))
     torch.testing.assert_close(euler_times(4), torch.tensor([1.0, 0.75, 0.5, 0.25]))
+    # one step is a single evaluation at t = 1: x1 − v
+    torch.testing.assert_close(euler_times(1), torch.tensor([1.0]))
+    torch.testing.assert_close(euler_integrate(const, x1, 1), torch.tensor([[1.0, -7.0]]))
+    with pytest.raises(ValueError, match="num_steps must be >= 1"):
+        euler_times(0)
 
 
 def test_flow_matching_path_and_loss_by_hand():
