@@ -17,14 +17,19 @@ from hypothesis import strategies as st
 
 from real.robot_env import safe_connect
 from real.safety import (
+    HOMING_OFFSET_MAX,
     MAX_TICK,
     CalibrationError,
+    JointLimits,
+    SafeStop,
     SafetyConfig,
     SafetyConfigError,
     SafetyFilter,
     SafetyGuard,
     WatchdogTrip,
+    check_calibration,
     limits_from_calibration,
+    limits_from_degrees,
     limits_from_robot,
     load_calibration_file,
     torque_off_all,
@@ -501,3 +506,146 @@ def test_a8_an_overload_status_bit_stops_the_arm_within_1_s(tmp_path):
         _drive(robot, bus, guard, safety, 90, 1 / 30, on_tick=overload)
     off = [(t, i) for t, i, v, ok in bus.servos.torque_writes if v == 0 and ok and t >= injected[0]][:6]
     assert sorted(i for _, i in off) == [1, 2, 3, 4, 5, 6] and max(t for t, _ in off) - injected[0] <= 1.0
+
+
+# -------------------------------------------------------------------------------- the filter alone, by hand
+def _filter(**cfg) -> SafetyFilter:
+    """Two joints in degrees, the second a gripper: [-98, 98] and [2, 48] after the 2 deg margin."""
+    limits = limits_from_degrees(["a.pos", "g.pos"], [-100.0, 0.0], [100.0, 50.0], 2.0, gripper_index=1)
+    f = SafetyFilter(SafetyConfig(**{"max_consecutive_rejects": 10**9, **cfg}), limits)
+    f.hold(np.array([0.0, 10.0]))  # past the first tick after torque-enable (its tighter cap is A3's test)
+    return f
+
+
+def test_limits_from_degrees_keep_the_margin_inside_each_range():
+    lim = limits_from_degrees(["a.pos", "g.pos"], [-100.0, 0.0], [100.0, 50.0], 2.0, gripper_index=1)
+    np.testing.assert_array_equal(lim.low, [-98.0, 2.0])
+    np.testing.assert_array_equal(lim.high, [98.0, 48.0])
+    assert lim.gripper.tolist() == [False, True] and lim.units_per_deg.tolist() == [1.0, 1.0]
+
+
+def test_a_chunks_first_step_is_commanded_and_a_clip_is_counted_exactly():
+    f = _filter()  # caps: 5 deg on "a", 10 units on the gripper
+    chunk = np.array([[1.0, 12.0], [4.0, 15.0], [-3.0, 8.0]])  # every step inside the caps and the limits
+    cmd = f.command(chunk, np.array([0.0, 10.0]), chunk_horizon=3)
+    assert cmd.values.tolist() == [1.0, 12.0] and not cmd.clipped and not cmd.rejected and f.clips == 0
+    cmd = f.command(np.array([9.0, 10.0]), np.array([0.0, 10.0]))  # past the cap: 5 deg
+    assert cmd.values.tolist() == [5.0, 10.0] and cmd.clipped and f.clips == 1
+    cmd = f.command(np.array([120.0, 1.0]), np.array([97.0, 3.0]))  # past the joint limits: 98, 2
+    assert cmd.values.tolist() == [98.0, 2.0] and cmd.clipped and f.clips == 2
+
+
+def test_a_good_command_ends_a_run_of_rejects_and_the_limit_stops_on_its_last():
+    f = _filter(max_consecutive_rejects=3)
+    bad, good, here = np.array([math.nan, 10.0]), np.array([1.0, 10.0]), np.array([0.0, 10.0])
+    for proposal in (bad, bad, good, bad, bad):  # two in a row, twice: never three
+        f.command(proposal, here)
+    assert f.rejects == 4 and f.consecutive_rejects == 2
+    with pytest.raises(SafeStop, match="3 malformed actions in a row"):
+        f.command(bad, here)
+
+
+@pytest.mark.parametrize("present", [np.array([math.nan, 10.0]), np.array([0.0, math.inf]), np.array([0.0]),
+                                     {"a.pos": 0.0}])
+def test_an_unusable_present_position_is_a_safe_stop(present):
+    f = _filter()
+    with pytest.raises(SafeStop, match="present position is unusable"):
+        f.command(np.array([0.0, 10.0]), present)
+
+
+def test_rejects_are_counted_and_logged_sparingly(caplog):
+    f = _filter()
+    with caplog.at_level("WARNING", logger="real.safety"):
+        for _ in range(120):
+            cmd = f.command(np.array([math.nan, 10.0]), np.array([1.0, 10.0]))
+            assert cmd.rejected and cmd.values.tolist() == [1.0, 10.0]  # holds where it is
+    logged = [r.args[1] for r in caplog.records if "rejected a malformed action" in r.getMessage()]
+    assert f.rejects == 120 and logged == [*range(1, 11), 100]  # the first ten, then one in a hundred
+
+
+class _Cal:  # what LeRobot's MotorCalibration holds
+    def __init__(self, range_min: int, range_max: int, homing_offset: int = 0) -> None:
+        self.id, self.drive_mode, self.homing_offset, self.range_min, self.range_max = 1, 0, homing_offset, \
+            range_min, range_max
+
+
+def test_calibrated_limits_at_the_edges_of_their_margin():
+    k = MAX_TICK / 360.0
+    # no margin: the bounds are the range itself (a quarter tick of slack above each tick)
+    lim = limits_from_calibration({"m": _Cal(1000, 3000)}, {"m": "degrees"}, 0.0)
+    np.testing.assert_allclose([lim.low[0], lim.high[0]], [(1000.25 - 2000) / k, (3000.25 - 2000) / k])
+    # 2 deg = 23 ticks off each end: a range of 47 ticks keeps one step, of 46 ticks none
+    lim = limits_from_calibration({"m": _Cal(1000, 1047)}, {"m": "degrees"}, 2.0)
+    assert lim.low[0] < lim.high[0]
+    with pytest.raises(CalibrationError, match="leaves nothing inside"):
+        limits_from_calibration({"m": _Cal(1000, 1046)}, {"m": "degrees"}, 2.0)
+
+
+@pytest.mark.parametrize("offset, ok", [(HOMING_OFFSET_MAX, True), (-HOMING_OFFSET_MAX, True),
+                                        (HOMING_OFFSET_MAX + 1, False)])
+def test_the_homing_offset_at_its_sign_magnitude_limit(offset, ok):
+    cal = {"m": _Cal(1000, 3000, offset)}
+    if ok:
+        check_calibration(cal, {"m": 1})
+    else:
+        with pytest.raises(CalibrationError, match="homing_offset"):
+            check_calibration(cal, {"m": 1})
+
+
+@pytest.mark.parametrize("field, ok, bad", [
+    ("max_relative_target", 0.01, 0.0), ("max_relative_target_gripper", 0.01, -1.0), ("margin_deg", 0.0, -0.1),
+    ("first_tick_tol", 0.01, 0.0), ("max_consecutive_rejects", 1, 0), ("watchdog_s", 0.001, 0.0),
+    ("torque_off_packet_ms", 1, 0), ("read_retries", 0, -1), ("max_consecutive_read_failures", 1, 0),
+    ("error_window_s", 0.01, 0.0), ("max_error_rate", 1.0, 0.0), ("max_error_rate", 0.01, 1.01),
+    ("thermal_poll_s", 0.01, 0.0), ("temperature_stop_c", 55.0, 54.9), ("status_stop_mask", 0, -1),
+    ("status_stop_mask", 255, 256)])
+def test_safety_settings_at_their_limits(field, ok, bad):
+    assert getattr(SafetyConfig(**{field: ok}), field) == ok  # temperature_warn_c is 55 by default
+    assert SafetyConfig(thermal_poll_s=None).thermal_poll_s is None  # off is allowed (never on hardware)
+    with pytest.raises(SafetyConfigError, match=field):
+        SafetyConfig(**{field: bad})
+
+
+@pytest.mark.parametrize("low, high", [([math.nan, 0.0], [1.0, 1.0]), ([0.0, 0.0], [1.0, math.inf]),
+                                       ([0.0, 1.0], [1.0, 1.0])])
+def test_joint_limits_must_be_finite_with_low_below_high(low, high):
+    with pytest.raises(SafetyConfigError, match="finite with low < high"):
+        JointLimits(("a.pos", "b.pos"), np.array(low), np.array(high), np.ones(2), np.zeros(2, bool))
+
+
+def test_a13_a_policy_must_fit_the_robot_at_startup():
+    f = _filter()
+    f.check_policy(2, 1, ["a.pos", "g.pos"])  # fits: one step per chunk is a chunk too
+    f.check_policy(2)
+    for args, match in (((3,), "outputs 3 action values"), ((2, 0), "horizon must be >= 1"),
+                        ((2, None, ["g.pos", "a.pos"]), "action names")):
+        with pytest.raises(SafetyConfigError, match=match):
+            f.check_policy(*args)
+
+
+@pytest.mark.parametrize("mode", ["degrees", "range_0_100", "range_m100_100"])
+@pytest.mark.parametrize("drive_mode", [0, 1])
+def test_calibrated_limits_land_on_ticks_inside_the_margin_in_every_mode(mode, drive_mode):
+    """Each bound, turned into a raw tick by LeRobot's own bus (``MotorsBus._unnormalize``), lies inside [range_min
+    + m, range_max - m]; with a margin, 1.5 ticks past a bound lies outside (the bounds are not loose either)."""
+    from lerobot.motors import Motor, MotorCalibration, MotorNormMode
+    from lerobot.motors.feetech import FeetechMotorsBus
+
+    for lo_raw, hi_raw in ((1000, 3000), (830, 3250)):
+        cal = MotorCalibration(id=1, drive_mode=drive_mode, homing_offset=0, range_min=lo_raw, range_max=hi_raw)
+        bus = FeetechMotorsBus(port="unused", motors={"m": Motor(1, "sts3215", MotorNormMode(mode))},
+                               calibration={"m": cal})
+        for margin in (0.0, 2.0, 5.0):
+            lim = limits_from_calibration({"m": cal}, {"m": mode}, margin)
+            m = math.ceil(margin * MAX_TICK / 360.0 - 1e-9)
+            inside = range(lo_raw + m, hi_raw - m + 1)
+            assert bus._unnormalize({1: float(lim.low[0])})[1] in inside
+            assert bus._unnormalize({1: float(lim.high[0])})[1] in inside
+            # units_per_deg (what turns the degree caps into the joint's units): one degree is 4095 / 360 ticks
+            mid = float(lim.low[0] + lim.high[0]) / 2
+            one_deg = bus._unnormalize({1: mid + float(lim.units_per_deg[0])})[1] - bus._unnormalize({1: mid})[1]
+            assert abs(abs(one_deg) - MAX_TICK / 360.0) <= 1.0
+            if margin:
+                step = 1.5 * lim.units_per_deg[0] / (MAX_TICK / 360.0)  # 1.5 ticks in the joint's units
+                assert bus._unnormalize({1: float(lim.low[0] - step)})[1] not in inside
+                assert bus._unnormalize({1: float(lim.high[0] + step)})[1] not in inside
