@@ -22,6 +22,9 @@ def test_sanitize_action_checks_clips_and_reports_bad_rows():
         sanitize_action(a, 3, 2, torch.device("cpu"))
     applied, bad = sanitize_action(a, 3, 2, torch.device("cpu"), on_nonfinite="reset")
     assert bad.tolist() == [True, False, True] and applied.tolist() == [[0.0, 0.0], [0.25, 0.0], [0.0, 0.0]]
+    a[1] = torch.tensor([2.0, -3.0])  # the finite rows beside bad ones are clipped too
+    applied, bad = sanitize_action(a, 3, 2, torch.device("cpu"), on_nonfinite="reset")
+    assert applied.tolist() == [[0.0, 0.0], [1.0, -1.0], [0.0, 0.0]]
     with pytest.raises(ValueError, match=r"expected \[num_envs, action_dim\] = \[3, 3\]"):
         sanitize_action(a, 3, 3, torch.device("cpu"))
 
@@ -29,15 +32,28 @@ def test_sanitize_action_checks_clips_and_reports_bad_rows():
 
 def test_sanitize_action_passes_finite_rows_whose_sum_overflows():
     """The fast check is a sum; finite actions summing past float32's range are still finite, and are clipped."""
-    a = torch.tensor([[3e38, 3e38], [0.5, -0.5]])
+    a = torch.tensor([[3e38, 3e38], [-2.0, -0.5]])
     applied, bad = sanitize_action(a, 2, 2, torch.device("cpu"))
-    assert bad is None and applied.tolist() == [[1.0, 1.0], [0.5, -0.5]]
+    assert bad is None and applied.tolist() == [[1.0, 1.0], [-1.0, -0.5]]
+
+
+def test_a_non_finite_action_error_names_the_first_ten_envs():
+    a = torch.zeros(11, 2)
+    a[:, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"envs \[0, 1, 2, 3, 4, 5, 6, 7, 8, 9\]\.\.\.;"):
+        sanitize_action(a, 11, 2, torch.device("cpu"))
+    a[10:, 1] = 0.0  # exactly ten: no ellipsis
+    with pytest.raises(ValueError, match=r"envs \[0, 1, 2, 3, 4, 5, 6, 7, 8, 9\];"):
+        sanitize_action(a, 11, 2, torch.device("cpu"))
+
 
 def test_actor_ids():
     assert actor_ids(None, 2, torch.device("cpu")).tolist() == [keys.ACTOR_POLICY] * 2
     assert actor_ids(keys.ACTOR_RECOVERY, 2, torch.device("cpu")).tolist() == [keys.ACTOR_RECOVERY] * 2
     assert actor_ids(torch.tensor([1, 0]), 2, torch.device("cpu")).tolist() == [1, 0]
-    for bad in (3, -1, torch.tensor([0, 5]), torch.tensor([0.0, 1.0]), torch.tensor([0])):
+    assert actor_ids(keys.ACTOR_POLICY, 2, torch.device("cpu")).tolist() == [0, 0]  # 0 as an int is the policy
+    for bad in (3, -1, torch.tensor([0, 5]), torch.tensor([0, 3]), torch.tensor([-1, 0]), torch.tensor([0.0, 1.0]),
+                torch.tensor([0])):
         with pytest.raises(ValueError, match="actor"):
             actor_ids(bad, 2, torch.device("cpu"))
 
