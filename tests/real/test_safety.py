@@ -563,10 +563,10 @@ def test_rejects_are_counted_and_logged_sparingly(caplog):
     assert f.rejects == 120 and logged == [*range(1, 11), 100]  # the first ten, then one in a hundred
 
 
-class _Cal:  # what LeRobot's MotorCalibration holds
+class _Cal:  # the fields of LeRobot's MotorCalibration, motor id 1
     def __init__(self, range_min: int, range_max: int, homing_offset: int = 0) -> None:
-        self.id, self.drive_mode, self.homing_offset, self.range_min, self.range_max = 1, 0, homing_offset, \
-            range_min, range_max
+        self.id, self.drive_mode, self.homing_offset = 1, 0, homing_offset
+        self.range_min, self.range_max = range_min, range_max
 
 
 def test_calibrated_limits_at_the_edges_of_their_margin():
@@ -574,7 +574,7 @@ def test_calibrated_limits_at_the_edges_of_their_margin():
     # no margin: the bounds are the range itself (a quarter tick of slack above each tick)
     lim = limits_from_calibration({"m": _Cal(1000, 3000)}, {"m": "degrees"}, 0.0)
     np.testing.assert_allclose([lim.low[0], lim.high[0]], [(1000.25 - 2000) / k, (3000.25 - 2000) / k])
-    # 2 deg = 23 ticks off each end: a range of 47 ticks keeps one step, of 46 ticks none
+    # 2 deg = 23 ticks off each end: [1000, 1047] keeps the ticks 1023 and 1024; [1000, 1046] only 1023, refused
     lim = limits_from_calibration({"m": _Cal(1000, 1047)}, {"m": "degrees"}, 2.0)
     assert lim.low[0] < lim.high[0]
     with pytest.raises(CalibrationError, match="leaves nothing inside"):
@@ -597,11 +597,11 @@ def test_the_homing_offset_at_its_sign_magnitude_limit(offset, ok):
     ("first_tick_tol", 0.01, 0.0), ("max_consecutive_rejects", 1, 0), ("watchdog_s", 0.001, 0.0),
     ("torque_off_packet_ms", 1, 0), ("read_retries", 0, -1), ("max_consecutive_read_failures", 1, 0),
     ("error_window_s", 0.01, 0.0), ("max_error_rate", 1.0, 0.0), ("max_error_rate", 0.01, 1.01),
-    ("thermal_poll_s", 0.01, 0.0), ("temperature_stop_c", 55.0, 54.9), ("status_stop_mask", 0, -1),
-    ("status_stop_mask", 255, 256)])
+    ("thermal_poll_s", 0.01, 0.0), ("thermal_poll_s", None, -1.0), ("temperature_stop_c", 55.0, 54.9),
+    ("status_stop_mask", 0, -1), ("status_stop_mask", 255, 256)])
 def test_safety_settings_at_their_limits(field, ok, bad):
-    assert getattr(SafetyConfig(**{field: ok}), field) == ok  # temperature_warn_c is 55 by default
-    assert SafetyConfig(thermal_poll_s=None).thermal_poll_s is None  # off is allowed (never on hardware)
+    # temperature_stop_c is checked against temperature_warn_c (55 by default); thermal_poll_s None is off (sim only)
+    assert getattr(SafetyConfig(**{field: ok}), field) == ok
     with pytest.raises(SafetyConfigError, match=field):
         SafetyConfig(**{field: bad})
 
