@@ -16,6 +16,7 @@ from real.ee_bounds import (
     EEBoundsConfig,
     EEBoundsConfigError,
     box_distance,
+    compose_swing_twist,
     quat_to_mat,
     rotation_angle,
     swing_twist,
@@ -283,3 +284,21 @@ def test_reexported_from_the_safety_module():
     assert real.safety.EEBoundsConfig is real.ee_bounds.EEBoundsConfig
     with pytest.raises(AttributeError):
         real.safety.NoSuchLimit  # noqa: B018
+
+
+def test_yaw_and_tilt_bounds_by_hand():
+    """The yaw bound around the circle and the nearest orientation within the bounds, on hand-picked angles."""
+    r = math.radians
+    b = EEBounds(EEBoundsConfig(yaw_range_deg=(-30.0, 30.0), max_tilt_deg=60.0))
+    for yaw, excess in ((0.0, 0.0), (30.0, 0.0), (-30.0, 0.0), (40.0, 10.0), (-50.0, 20.0), (170.0, 140.0),
+                        (-170.0, 140.0), (200.0, 130.0)):  # 200 deg is -160: 130 past -30, 170 past +30
+        assert b.yaw_excess(r(yaw)) == pytest.approx(r(excess), abs=1e-12), yaw
+    assert EEBounds(EEBoundsConfig()).yaw_excess(r(179.0)) == 0.0  # the default range is the whole circle
+    axis = np.array([0.0, 1.0, 0.0])
+    for tilt, yaw, bounded in ((20.0, 10.0, (20.0, 10.0)), (75.0, 10.0, (60.0, 10.0)), (20.0, 50.0, (20.0, 30.0)),
+                               (20.0, 200.0, (20.0, -30.0)), (80.0, -45.0, (60.0, -30.0))):
+        rot = compose_swing_twist(b._ref, r(tilt), r(yaw), axis)
+        out = b.bound_orientation(rot)
+        assert b.tilt_yaw(out) == pytest.approx(bounded, abs=1e-6), (tilt, yaw)
+        if bounded == (tilt, yaw):
+            assert out is rot  # inside the bounds: left as it is
