@@ -297,7 +297,7 @@ def test_yaw_and_tilt_bounds_by_hand():
     axis = np.array([0.0, 1.0, 0.0])
     for tilt, yaw, bounded in ((20.0, 10.0, (20.0, 10.0)), (75.0, 10.0, (60.0, 10.0)), (20.0, 50.0, (20.0, 30.0)),
                                (20.0, 200.0, (20.0, -30.0)), (80.0, -45.0, (60.0, -30.0))):
-        rot = compose_swing_twist(b._ref, r(tilt), r(yaw), axis)
+        rot = compose_swing_twist(quat_to_mat(np.asarray(b.cfg.reference_quat)), r(tilt), r(yaw), axis)
         out = b.bound_orientation(rot)
         assert b.tilt_yaw(out) == pytest.approx(bounded, abs=1e-6), (tilt, yaw)
         if bounded == (tilt, yaw):
