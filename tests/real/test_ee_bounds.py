@@ -302,3 +302,51 @@ def test_yaw_and_tilt_bounds_by_hand():
         assert b.tilt_yaw(out) == pytest.approx(bounded, abs=1e-6), (tilt, yaw)
         if bounded == (tilt, yaw):
             assert out is rot  # inside the bounds: left as it is
+
+
+def test_verification_step_at_its_tolerances_by_hand():
+    """The check on FK of every command (step 5 of the module docstring), at each tolerance: just inside passes, just
+    outside names the check that failed in mm / degrees. Binary-exact lengths so a bound is hit exactly."""
+    r = math.radians
+    cfg = EEBoundsConfig(max_step_m=0.0625, pos_tol_m=0.0078125, yaw_range_deg=(-30.0, 30.0), max_tilt_deg=60.0,
+                         max_rot_step_deg=20.0, rot_tol_deg=2.0)
+    b = EEBounds(cfg)
+    ref, axis = quat_to_mat(np.asarray(cfg.reference_quat)), np.array([0.0, 1.0, 0.0])
+
+    def rot(tilt: float, yaw: float) -> np.ndarray:
+        return compose_swing_twist(ref, r(tilt), r(yaw), axis)
+
+    p0, r0 = np.array([0.25, 0.0, 0.125]), rot(0.0, 0.0)
+    assert b._check(p0, r0, p0.copy(), r0.copy()) == ""
+    # the step: exactly max_step_m + pos_tol_m (0.0703125 m) passes, 0.1 mm more does not
+    assert b._check(p0, r0, p0 + [0.0, 0.0, 0.0703125], r0) == ""
+    assert b._check(p0, r0, p0 + [0.0, 0.0, 0.0705], r0) == "step 70.5 mm"
+    # the box: pos_tol_m outside it passes, 1 mm farther does not (BOX_MAX z = 0.28)
+    top = np.array([0.25, 0.0, 0.28])
+    assert b._check(top, r0, top + [0.0, 0.0, 0.0078125], r0) == ""
+    assert b._check(top, r0, top + [0.0, 0.0, 0.0088125], r0) == "8.8 mm outside the box"
+    # a present 20 mm outside: a command may lie up to 20 + 1 mm (REENTRY_SLACK_M) outside, not farther
+    out = np.array([0.25, 0.0, 0.30])
+    assert b._check(out, r0, out + [0.0, 0.0, 0.0009], r0) == ""
+    assert b._check(out, r0, out + [0.0, 0.0, 0.0011], r0) == "21.1 mm outside the box"
+    # non-finite FK
+    assert b._check(p0, r0, p0 + [math.nan, 0.0, 0.0], r0) == "non-finite FK"
+    assert b._check(p0, r0, p0, np.where(np.eye(3) > 0, math.inf, r0)) == "non-finite FK"
+    # the tilt: the bound + rot_tol (62 deg) passes, beyond it does not; a present tilted past it may stay at most
+    # 0.5 deg (REENTRY_SLACK_RAD) farther out
+    assert b._check(p0, rot(50.0, 0.0), p0, rot(61.9, 0.0)) == ""
+    assert b._check(p0, rot(50.0, 0.0), p0, rot(62.1, 0.0)) == "tilt 62.1 deg"
+    assert b._check(p0, rot(70.0, 0.0), p0, rot(70.4, 0.0)) == ""
+    assert b._check(p0, rot(70.0, 0.0), p0, rot(70.6, 0.0)) == "tilt 70.6 deg"
+    # the yaw likewise: rot_tol past the range passes, beyond it does not, a present past it + 0.5 deg
+    assert b._check(p0, rot(0.0, 25.0), p0, rot(0.0, 31.9)) == ""
+    assert b._check(p0, rot(0.0, 25.0), p0, rot(0.0, 32.1)) == "yaw 32.1 deg"
+    assert b._check(p0, rot(0.0, -40.0), p0, rot(0.0, -40.4)) == ""
+    assert b._check(p0, rot(0.0, -40.0), p0, rot(0.0, -40.6)) == "yaw -40.6 deg"
+    # ... and only within the tilt bound + rot_tol (62 deg): re-entering from 80 deg of tilt, a yaw 5 deg past the
+    # range is not refused; at 61 deg it is
+    assert b._check(p0, rot(80.0, 28.0), p0, rot(79.0, 35.0)) == ""
+    assert b._check(p0, rot(61.0, 28.0), p0, rot(61.0, 35.0)) == "yaw 35.0 deg"
+    # the rotation step: max_rot_step_deg + rot_tol (22 deg) passes, beyond it does not
+    assert b._check(p0, r0, p0, rot(0.0, 21.9)) == ""
+    assert b._check(p0, r0, p0, rot(0.0, 22.1)) == "rotation step 22.1 deg"
