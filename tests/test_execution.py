@@ -3,11 +3,21 @@ with the tensors), and ``due`` naming exactly the envs the next call asks the po
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from policies import ActionQueue, Policy, keys
-from policies.execution import add_to_ensemble, ensemble_weights, subset_obs
+from policies.execution import (
+    add_to_ensemble,
+    ensemble_weights,
+    set_executed_steps,
+    set_mean_of_samples,
+    set_median_actions,
+    set_temporal_ensemble,
+    subset_obs,
+)
 
 
 class _Counter(Policy):
@@ -135,8 +145,11 @@ def test_due_names_the_envs_asked_next():
 def test_ensembling_options_are_checked():
     with pytest.raises(ValueError, match="needs a chunking policy"):
         ActionQueue(_Counter(horizon=1), num_envs=1, action_dim=1, temporal_ensemble=0.01)
-    with pytest.raises(ValueError, match=r"query_every must be in \[1, horizon 3\], got 4"):
-        ActionQueue(_Counter(horizon=3), num_envs=1, action_dim=1, temporal_ensemble=0.01, query_every=4)
+    for bad in (0, 4):
+        with pytest.raises(ValueError, match=rf"query_every must be in \[1, horizon 3\], got {bad}"):
+            ActionQueue(_Counter(horizon=3), num_envs=1, action_dim=1, temporal_ensemble=0.01, query_every=bad)
+    for good in (1, 3):  # the bounds themselves
+        assert ActionQueue(_Counter(horizon=3), num_envs=1, action_dim=1, query_every=good).period.tolist() == [good]
     with pytest.raises(ValueError, match="returned shape"):
         ActionQueue(_Counter(horizon=3, action_dim=2), num_envs=1, action_dim=1, temporal_ensemble=0.0)(_frame(1))
 
@@ -232,3 +245,81 @@ def test_envs_of_one_queue_ensemble_or_queue_by_their_instruction():
     queued_env1 = [0.0, 1.0, 2.0, 30.0]  # chunk 0's first 3 steps, then chunk 3 replaces it
     for g, w0, w1 in zip(got, ENSEMBLED_ENV0, queued_env1, strict=True):
         torch.testing.assert_close(g, torch.tensor([w0, w1]), rtol=1e-6, atol=1e-5)
+
+
+@dataclasses.dataclass
+class _ChunkCfg:
+    executed_steps: int = 2
+    executed_steps_by_task: dict = dataclasses.field(default_factory=lambda: {"task 0": 1})
+    temporal_ensemble: float | None = None
+    temporal_ensemble_by_task: dict = dataclasses.field(default_factory=lambda: {"task 0": 0.5})
+    mean_of_samples: int = 1
+    median_actions: list = dataclasses.field(default_factory=list)
+
+
+class _Configured(_Counter):
+    """_Counter with a dataclass config, as the flow VLA keeps its execution settings."""
+
+    def __init__(self, horizon: int = 4, cfg: object = None) -> None:
+        super().__init__(horizon=horizon)
+        self.cfg = _ChunkCfg() if cfg is None else cfg
+
+    def median_dims(self) -> list[int]:
+        unknown = [n for n in self.cfg.median_actions if n != "gripper.pos"]
+        if unknown:
+            raise ValueError(f"no action named {unknown}")
+        return [5] if self.cfg.median_actions else []
+
+
+def test_execution_setters_check_the_value_and_the_policy():
+    """robot-rl eval's executed_steps / temporal_ensemble / mean_of_samples / median_actions: each value at its
+    bounds, and refused for a policy that does not keep the setting (a step policy, a config that is no dataclass or
+    lacks the field)."""
+    pol = _Configured(horizon=4)
+    for k in (1, 4):
+        set_executed_steps(pol, k)
+        assert pol.cfg.executed_steps == k and pol.cfg.executed_steps_by_task == {}
+    for k in (0, 5):
+        with pytest.raises(ValueError, match=rf"executed_steps={k} must be in \[1, horizon 4\]"):
+            set_executed_steps(pol, k)
+    set_temporal_ensemble(pol, 0.25)
+    assert pol.cfg.temporal_ensemble == 0.25 and pol.cfg.temporal_ensemble_by_task == {}
+    set_temporal_ensemble(pol, None)
+    assert pol.cfg.temporal_ensemble is None
+    two = _Configured(horizon=2)  # the shortest chunk
+    set_executed_steps(two, 2)
+    set_temporal_ensemble(two, 0.1)
+    assert (two.cfg.executed_steps, two.cfg.temporal_ensemble) == (2, 0.1)
+    for cfg_less in (_Configured(horizon=1), _Configured(cfg={"executed_steps": 2, "temporal_ensemble": None}),
+                     _Configured(cfg=dataclasses.make_dataclass("Plain", [("horizon", int, 4)])())):
+        with pytest.raises(ValueError, match="executed_steps=2 is for chunking policies"):
+            set_executed_steps(cfg_less, 2)
+        with pytest.raises(ValueError, match="is for chunking policies that keep one"):
+            set_temporal_ensemble(cfg_less, 0.1)
+    set_mean_of_samples(pol, 1)
+    set_mean_of_samples(pol, 16)
+    assert pol.cfg.mean_of_samples == 16
+    for k in (0, True, 2.0):
+        with pytest.raises(ValueError, match="must be an int >= 1"):
+            set_mean_of_samples(pol, k)
+    set_median_actions(pol, ["gripper.pos"])
+    assert pol.cfg.median_actions == ["gripper.pos"]
+    with pytest.raises(ValueError, match="no action named"):
+        set_median_actions(pol, ["elbow.pos"])
+    assert pol.cfg.median_actions == ["gripper.pos"]  # a refused name leaves the config as it was
+    for no_field in (_Configured(cfg={"mean_of_samples": 1, "median_actions": []}),
+                     _Configured(cfg=dataclasses.make_dataclass("Plain", [("horizon", int, 4)])())):
+        with pytest.raises(ValueError, match="is for policies that sample their actions"):
+            set_mean_of_samples(no_field, 2)
+        with pytest.raises(ValueError, match="is for policies that sample their actions"):
+            set_median_actions(no_field, [])
+
+
+def test_a_two_step_chunk_is_asked_every_other_step():
+    q = ActionQueue(_Counter(horizon=2, executed=2), num_envs=2, action_dim=1)
+    due, acts = [], []
+    for _ in range(4):
+        due.append(q.due().tolist())
+        acts.append(q(_frame(2))[:, 0].tolist())
+    assert due == [[0, 1], [], [0, 1], []]
+    assert acts == [[0.0, 0.0], [1.0, 1.0], [10.0, 10.0], [11.0, 11.0]]
