@@ -198,3 +198,45 @@ def test_no_unsafe_deserialization_in_the_sources():
                     bad.append(f"{path.relative_to(root)}:{i}: {line.strip()}")
     assert not bad, "unsafe deserialization:\n" + "\n".join(bad)
     assert os.path.basename(__file__)  # (the test's own file is outside the scanned packages)
+
+
+@pytest.mark.parametrize("name", ["", "  ", ".", "..", "../iter_00000001", "sub/iter", "sub\\iter", "iter_missing"])
+def test_a_pointer_that_names_no_sibling_folder_is_refused(tmp_path, name):
+    """``latest`` / ``best`` name a checkpoint folder beside them and nothing else (no path out of the folder)."""
+    mgr = CheckpointManager(tmp_path, keep_last=2)
+    mgr.save(1, {"x": torch.tensor([1])}, {})
+    (tmp_path / "sub" / "iter").mkdir(parents=True)  # a folder a path could reach
+    (tmp_path / "latest").write_text(name)
+    with pytest.raises(ck.CheckpointError, match="does not name a checkpoint folder beside it"):
+        load_checkpoint(tmp_path / "latest")
+    (tmp_path / "latest").write_text(" iter_00000001\n")  # surrounding whitespace is not part of the name
+    assert load_checkpoint(tmp_path / "latest").meta["iteration"] == 1
+
+
+def test_a_write_error_names_the_path_the_os_reason_and_where_to_continue(tmp_path):
+    full = ck.OutputWriteError(tmp_path / "ckpt", OSError(28, "No space left on device"), "resume=runs/x")
+    assert str(full) == f"could not write {tmp_path / 'ckpt'}: No space left on device [errno 28]; resume=runs/x"
+    bare = ck.OutputWriteError(tmp_path / "curve.jsonl", OSError("the disk went away"))  # no errno, no strerror
+    assert str(bare) == f"could not write {tmp_path / 'curve.jsonl'}: the disk went away"
+
+
+def test_rewriting_an_iteration_replaces_it_whole(tmp_path):
+    """A resumed run saving an iteration it had written before it was killed: the new state replaces the old
+    folder, which leaves nothing behind; a file of a checkpoint resolves to its folder, ``policy_dir`` inside it."""
+    mgr = CheckpointManager(tmp_path, keep_last=2)
+    mgr.save(3, {"x": torch.tensor([1.0])}, {"run": "first"})
+    mgr.save(3, {"x": torch.tensor([2.0]), "y": torch.tensor([0])}, {"run": "resumed"})
+    ckpt = load_checkpoint(tmp_path / "iter_00000003" / ck.META)
+    assert ckpt.path == tmp_path / "iter_00000003" and ckpt.meta["run"] == "resumed"
+    assert torch.equal(ckpt.state["x"], torch.tensor([2.0])) and set(ckpt.state) == {"x", "y"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_00000003", "latest"]
+    assert ckpt.policy_dir == tmp_path / "iter_00000003" / ck.POLICY_DIR
+
+
+def test_a_tie_keeps_the_earlier_best(tmp_path):
+    mgr = CheckpointManager(tmp_path, keep_last=1)
+    for it, score in ((1, 2.0), (2, 2.0), (3, 1.0)):
+        mgr.save(it, {"x": torch.tensor([it])}, {}, score=score)
+    assert mgr.best().name == "iter_00000001"  # not displaced by an equal score
+    mgr.save(4, {"x": torch.tensor([4])}, {}, score=2.5)
+    assert mgr.best().name == "iter_00000004"
