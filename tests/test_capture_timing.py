@@ -180,7 +180,7 @@ def test_recording_capture_times_needs_them_in_every_frame(tmp_path):
 
     rec = EpisodeRecorder(RecorderConfig(root=str(tmp_path / "ds")), DatasetSpec(30, NAMES, {}, capture_time=True), 1)
     frames = {keys.OBS_STATE: torch.zeros(1, 6), keys.TASK: ["reach"]}
-    with pytest.raises(ValueError, match="capture_time"):
+    with pytest.raises(ValueError, match="frames lack 'capture_time', which this dataset records"):
         rec.add(frames, torch.zeros(1, 6), torch.zeros(1), torch.tensor([False]), torch.tensor([False]))
     with pytest.raises(ValueError, match="capture_time is not finite"):
         rec.add({**frames, keys.CAPTURE_TIME_COL: torch.tensor([float("nan")])}, torch.zeros(1, 6), torch.zeros(1),

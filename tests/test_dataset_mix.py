@@ -74,6 +74,17 @@ def test_mixed_datasets_train_as_one_sequence_of_episodes(pair, capsys):
     assert {p: tree_hash(p) for p in pair} == before  # only read
 
 
+
+def test_history_does_not_reach_back_into_the_dataset_before(pair):
+    ours, theirs = pair
+    s = sampler(ours, mix=[str(theirs)], history=2, augment=False)
+    n_ours = sum(OURS_LENGTHS)
+    batch = s.batch(torch.tensor([n_ours, n_ours + 1]))  # theirs' first two frames
+    state = batch[keys.OBS_STATE].numpy()  # [B, K = 2, 6], oldest first
+    np.testing.assert_array_equal(state[0], [state_value(0, 0)] * 2)  # its first frame repeated, not ours' last
+    np.testing.assert_array_equal(state[1], [state_value(0, 0), state_value(0, 1)])
+    assert torch.equal(batch[FRONT][0, 0], batch[FRONT][0, 1])
+
 def test_datasets_that_do_not_mix_are_refused_naming_why(pair, tmp_path):
     ours, theirs = pair
     with pytest.raises(DatasetError, match=rf"{theirs}.*no column 'intervention'"):

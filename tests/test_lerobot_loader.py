@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -146,6 +147,10 @@ def test_history_repeats_the_first_frame_at_episode_starts(dataset):
     assert b[keys.OBS_STATE].shape == (47, 3, 6)
     front = b[keys.lerobot_image_key("front")]
     assert front.shape == (47, 3, 3, SIZE, SIZE)
+    for k in (2, 3):  # the K axis from two frames on, in the shapes a policy is built from too
+        feats = sampler(dataset, history=k, augment=False).features
+        assert feats[keys.OBS_STATE] == ((k, 6), torch.float32)
+        assert feats[keys.lerobot_image_key("front")] == ((k, 3, SIZE, SIZE), torch.float32)
     start = LENGTHS[0]  # episode 1 starts at row 12
     for r, frames in ((start, [0, 0, 0]), (start + 1, [0, 0, 1]), (start + 5, [3, 4, 5])):
         want = np.stack([state_value(1, i) for i in frames])
@@ -297,8 +302,14 @@ def test_weighted_sampling_and_resume_refuses_other_weights(dataset):
     other.set_weights(w)
     other.load_state_dict(sd)
     assert torch.equal(other.sample()["index"], s.sample()["index"])
-    with pytest.raises(ValueError, match="finite"):
-        s.set_weights(torch.full((s.num_frames,), -1.0))
+    for bad in (torch.full((s.num_frames,), -1.0), torch.zeros(s.num_frames), torch.ones(s.num_frames - 1),
+                torch.full((s.num_frames,), math.nan)):  # negative, all zero, short, NaN
+        with pytest.raises(ValueError, match="finite, >= 0 and not all zero"):
+            s.set_weights(bad)
+    tiny = torch.zeros(s.num_frames)
+    tiny[5] = 1e-30  # any positive total
+    s.set_weights(tiny)
+    assert set(s.sample()["index"].tolist()) == {5}
 
 
 def test_fingerprint_names_the_data(dataset, copy):
@@ -317,6 +328,36 @@ def test_episode_selection(dataset):
     assert s.stats_source[keys.OBS_STATE] == "computed"  # meta/stats.json covers every episode
     with pytest.raises(DatasetError, match="no episode 7"):
         sampler(dataset, episodes=[7])
+
+
+
+def test_an_epoch_that_batches_fit_exactly_draws_every_frame_once(dataset):
+    s = sampler(dataset, episodes=[1, 2], batch_size=7, augment=False)  # 35 frames: 5 batches of 7
+    drawn = [s.sample()["index"] for _ in range(5)]
+    assert sorted(torch.cat(drawn).tolist()) == sorted(all_frames(s)["index"].tolist()) and s.epoch == 0
+    s.sample()
+    assert s.epoch == 1
+
+
+def test_config_and_size_limits_at_their_bounds(dataset):
+    for bad in ({"horizon": 0}, {"history": 0}, {"batch_size": 0}, {"augment_pad": -1}):
+        with pytest.raises(ValueError, match="horizon, history and batch_size must be >= 1, augment_pad >= 0"):
+            ChunkDatasetConfig(root=str(dataset), **bad)
+    with pytest.raises(ValueError, match="max_cache_gib must be > 0"):
+        ChunkDatasetConfig(root=str(dataset), max_cache_gib=0.0)
+    for bad in ([32], [0, 32], [32, 32, 3]):
+        with pytest.raises(ValueError, match=r"image_size must be \[h, w\] with positive sizes"):
+            ChunkDatasetConfig(root=str(dataset), image_size=bad)
+    ChunkDatasetConfig(root=str(dataset), image_size=[1, 1])
+    ChunkDatasetConfig(root=str(dataset), horizon=1, history=1, batch_size=1, augment_pad=0)
+    frames = sum(LENGTHS)
+    assert sampler(dataset, batch_size=frames).num_frames == frames  # one batch of every frame
+    with pytest.raises(DatasetError, match=f"has {frames} frames, fewer than batch_size {frames + 1}"):
+        sampler(dataset, batch_size=frames + 1)
+    need = 2 * frames * 3 * SIZE * SIZE / 2**30  # two cameras' uint8 frames, exactly
+    assert sampler(dataset, max_cache_gib=need).num_frames == frames
+    with pytest.raises(DatasetError, match="over max_cache_gib"):
+        sampler(dataset, max_cache_gib=need * (1 - 1e-9))
 
 
 # ---------------------------------------------------------------------------------------------- statistics
@@ -480,3 +521,32 @@ def test_offline_runner_trains_on_it_unchanged(dataset, tmp_path):
     ckpt = load_checkpoint(tmp_path / "ckpt")
     assert ckpt.meta["dataset"] == s.fingerprint() and ckpt.state["sampler"]["pos"] == s.pos
     assert runner.algo.update(s.sample())["loss/mse"] < 0.1 * first
+
+
+def test_a_multi_valued_extra_column_batches_as_rows(tmp_path):
+    """An extra column of several values per frame (e.g. LeRobot's ``observation.environment_state``) batches as
+    [B, k], a one-value column as [B]."""
+    env_state = {"dtype": "float32", "shape": (3,), "names": ["x", "y", "z"]}
+    features = {keys.OBS_STATE: {"dtype": "float32", "shape": (6,), "names": JOINTS},
+                keys.ACTION_COL: {"dtype": "float32", "shape": (6,), "names": JOINTS},
+                "observation.environment_state": env_state,
+                keys.REWARD_COL: {"dtype": "float32", "shape": (1,), "names": None}}
+    ds = LeRobotDataset.create("local/env_state", fps=30, features=features, root=tmp_path / "env_state",
+                               robot_type="so101_follower", use_videos=False)
+    for e in range(2):
+        for i in range(5):
+            ds.add_frame({keys.OBS_STATE: state_value(e, i), keys.ACTION_COL: action_value(e, i),
+                          "observation.environment_state": np.array([e, i, e * 10 + i], dtype=np.float32),
+                          keys.REWARD_COL: np.array([float(i)], dtype=np.float32), "task": "reach"})
+        ds.save_episode()
+    ds.finalize()
+    s = sampler(tmp_path / "env_state", batch_size=4, extra_columns=["observation.environment_state",
+                                                                      keys.REWARD_COL])
+    b = all_frames(s)
+    env = b["observation.environment_state"]
+    assert env.shape == (10, 3) and env.dtype == torch.float32
+    assert s.features["observation.environment_state"] == ((3,), torch.float32)
+    assert s.features[keys.REWARD_COL] == ((), torch.float32)
+    order = [(int(e), int(i)) for e, i in zip(b["episode_index"], b["frame_index"], strict=True)]
+    assert env.tolist() == [[e, i, e * 10 + i] for e, i in order]
+    assert b[keys.REWARD_COL].shape == (10,) and b[keys.REWARD_COL].tolist() == [float(i) for _, i in order]
