@@ -89,6 +89,10 @@ def test_datasets_that_do_not_mix_are_refused_naming_why(pair, tmp_path):
     ours, theirs = pair
     with pytest.raises(DatasetError, match=rf"{theirs}.*no column 'intervention'"):
         sampler(ours, mix=[str(theirs)], extra_columns=[keys.INTERVENTION_COL])  # not filled: required
+    with pytest.raises(DatasetError, match=rf"dataset {ours} and the mixed ones have no column 'next\.rewards'"):
+        sampler(ours, mix=[str(theirs)], extra_columns=["next.rewards"])  # in none of them
+    with pytest.raises(DatasetError, match=rf"dataset {ours} has no column 'next\.rewards'"):
+        sampler(ours, extra_columns=["next.rewards"])  # alone: no mixed ones to name
     with pytest.raises(DatasetError, match="no episode 7"):
         sampler(ours, mix=[str(theirs)], episodes=[0, 7])
     slow = make_dataset(tmp_path / "slow", lengths=[9], use_videos=False, fps=10)

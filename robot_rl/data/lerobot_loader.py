@@ -373,7 +373,8 @@ def check_mixable(metas: list[DatasetMeta], cameras: list[str], extras: list[str
     root, root_ft = metas[0].root, metas[0].features
     for c in extras:
         if not any(c in m.features for m in metas):
-            raise DatasetError(f"dataset {root}{' and the mixed ones' if len(metas) > 1 else ''} have no column {c!r}")
+            where = f"dataset {root} and the mixed ones have" if len(metas) > 1 else f"dataset {root} has"
+            raise DatasetError(f"{where} no column {c!r}")
     needed = [c for c in extras if c not in set(fill_missing)]
     metas[0].require(cameras=cameras, columns=[keys.OBS_STATE, keys.ACTION_COL, *needed])
     sizes = {k: int(root_ft[k]["shape"][0]) for k in (keys.OBS_STATE, keys.ACTION_COL)}
