@@ -240,3 +240,13 @@ def test_a_tie_keeps_the_earlier_best(tmp_path):
     assert mgr.best().name == "iter_00000001"  # not displaced by an equal score
     mgr.save(4, {"x": torch.tensor([4])}, {}, score=2.5)
     assert mgr.best().name == "iter_00000004"
+
+
+def test_a_folder_of_safe_files_but_no_checkpoint_is_not_found_not_unsafe(tmp_path):
+    (tmp_path / "notes.json").write_text("{}")
+    (tmp_path / "weights.safetensors").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=f"no checkpoint in {tmp_path}"):
+        load_checkpoint(tmp_path)
+    (tmp_path / "weights.pkl").write_bytes(b"")
+    with pytest.raises(UnsafeCheckpointError, match=r"non-safetensors/JSON files \['weights\.pkl'\]"):
+        load_checkpoint(tmp_path)
