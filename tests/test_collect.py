@@ -168,6 +168,56 @@ def test_the_dataset_is_loadable_between_episodes_and_commits_each(recorded):
     assert repair_dataset(root) == []  # a committed folder has nothing to roll back
 
 
+
+def test_an_episode_longer_than_the_buffer_grows_it_and_the_counts_add_up(tmp_path):
+    """The recorder's per-env buffer starts at max_episode_length frames and doubles as an episode outgrows it (a
+    real arm's episode has no fixed length): nine frames through a buffer of two, then three more, read back."""
+    spec = DatasetSpec(30, so101.LEROBOT_STATE_NAMES, {})
+    root = tmp_path / "long"
+    start = time.perf_counter()
+    with EpisodeRecorder(RecorderConfig(root=str(root)), spec, 1, max_episode_length=2) as r:
+        for length in (9, 3):
+            for t in range(length):
+                state = torch.full((1, 6), float(10 * length + t))
+                r.add({keys.OBS_STATE: state, keys.TASK: ["reach"]}, state + 0.5, torch.zeros(1),
+                      torch.tensor([False]), torch.tensor([t == length - 1]))
+        assert (r.episodes_written, r.frames_written, r.num_episodes) == (2, 12, 2)
+        assert all(0.0 <= v <= time.perf_counter() - start for v in r.timings.values()), r.timings
+    ds = _open(root)
+    for index, length in ((0, 9), (1, 3)):
+        rows = _episode_rows(ds, index)
+        assert [float(x[keys.OBS_STATE][0]) for x in rows] == [float(10 * length + t) for t in range(length)]
+        assert [float(x[keys.ACTION_COL][5]) for x in rows] == [10 * length + t + 0.5 for t in range(length)]
+    assert read_commit(root)["total_frames"] == 12
+
+
+def test_discarded_steps_leave_no_trace_and_bad_images_are_refused(tmp_path):
+    spec = DatasetSpec(30, so101.LEROBOT_STATE_NAMES, {"front": (8, 8)})
+    img = torch.zeros(1, 3, 8, 8, dtype=torch.uint8)
+    with EpisodeRecorder(RecorderConfig(root=str(tmp_path / "d")), spec, 1, 4) as r:
+        def step(value: float, done: bool, image: torch.Tensor = img) -> None:
+            state = torch.full((1, 6), value)
+            r.add({keys.OBS_STATE: state, keys.lerobot_image_key("front"): image, keys.TASK: ["reach"]}, state,
+                  torch.zeros(1), torch.tensor([False]), torch.tensor([done]))
+
+        for v in (1.0, 2.0, 3.0):
+            step(v, False)
+        r.discard()  # e.g. a take-over the user aborted: these three steps are gone
+        for bad in (img.float(), torch.zeros(1, 3, 8, 9, dtype=torch.uint8)):
+            with pytest.raises(ValueError, match=r"observation.images.front is .*, expected uint8 \[1, 3, 8, 8\]"):
+                step(4.0, False, bad)
+        step(5.0, False)
+        step(6.0, True)
+    rows = _episode_rows(_open(tmp_path / "d"), 0)
+    assert [float(x[keys.OBS_STATE][0]) for x in rows] == [5.0, 6.0]
+
+
+@pytest.mark.parametrize("kw", [{"crf": -1}, {"gop": 0}])
+def test_recorder_config_refuses_a_negative_crf_or_no_keyframes(kw):
+    with pytest.raises(ValueError, match="dataset.crf must be >= 0 and dataset.gop >= 1"):
+        RecorderConfig(root="x", **kw)
+    RecorderConfig(root="x", crf=0, gop=1)  # the bounds themselves
+
 def test_a_policy_reading_frames_is_recorded_with_its_proposals(tmp_path):
     """A VLA (untrained: its chunks aim near 0 degrees) acts on the view's frames; the view clips each target to
     the per-step cap, which is what ``action`` holds, while ``policy_action`` keeps the proposal."""

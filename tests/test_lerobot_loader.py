@@ -290,7 +290,7 @@ def test_weighted_sampling_and_resume_refuses_other_weights(dataset):
     w[12:32] = 1.0  # episode 1 only
     s.set_weights(w)
     assert all(set(s.sample()["episode_index"].tolist()) == {1} for _ in range(4))
-    assert s.epoch == 1  # 64 draws over 47 frames
+    assert s.epoch == 1 and s.state_dict()["drawn"] == 64  # 64 draws over 47 frames
     by_success = sampler(dataset, batch_size=16, extra_columns=[keys.SUCCESS_COL])
     by_success.set_weights(lambda cols: cols[keys.SUCCESS_COL].double())
     b = by_success.sample()
@@ -333,10 +333,10 @@ def test_episode_selection(dataset):
 
 def test_an_epoch_that_batches_fit_exactly_draws_every_frame_once(dataset):
     s = sampler(dataset, episodes=[1, 2], batch_size=7, augment=False)  # 35 frames: 5 batches of 7
-    drawn = [s.sample()["index"] for _ in range(5)]
-    assert sorted(torch.cat(drawn).tolist()) == sorted(all_frames(s)["index"].tolist()) and s.epoch == 0
-    s.sample()
-    assert s.epoch == 1
+    every = sorted(all_frames(s)["index"].tolist())
+    for epoch in (0, 1):  # each epoch a new order, every frame once
+        drawn = [s.sample()["index"] for _ in range(5)]
+        assert sorted(torch.cat(drawn).tolist()) == every and s.epoch == epoch
 
 
 def test_config_and_size_limits_at_their_bounds(dataset):
