@@ -3,6 +3,7 @@ that fits targets and saves/loads exactly."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -118,3 +119,53 @@ def test_the_value_learner_in_bf16_runs_its_convs_in_bf16_and_still_fits():
     assert seen["conv"] == torch.bfloat16 and all(p.dtype == torch.float32 for p in model.parameters())
     err = float((model.value(frames) - target).abs().mean())
     assert err < 0.05 < first, (first, err)
+
+
+def test_the_target_distribution_is_the_configured_loss():
+    y = torch.tensor([-0.3, -0.9975, 0.0])
+    torch.testing.assert_close(_tiny("two_hot").target_distribution(y), two_hot(y, bin_centers(201, -1.0, 0.0)))
+    torch.testing.assert_close(_tiny("hl_gauss").target_distribution(y),
+                               hl_gauss(y, bin_centers(201, -1.0, 0.0), sigma=0.75 * 0.005))
+
+
+def test_the_state_is_normalised_by_the_datasets_statistics():
+    """from_stats' mean and std are applied to the state (a std of 0 floored at 0.01 degrees): the model on x equals
+    the same weights with identity statistics on (x - mean) / std."""
+    mean, std = torch.arange(6.0) * 10, torch.tensor([5.0, 0.0, 2.0, 1.0, 0.5, 20.0])
+    cfg = _tiny().cfg
+    model = ValueModel.from_stats({keys.OBS_STATE: {"mean": mean, "std": std}}, ["lift the cube", "push the cube"],
+                                  cfg).eval()
+    plain = ValueModel(model.cfg).eval()
+    plain.load_state_dict({**model.state_dict(), "state_mean": torch.zeros(6), "state_std": torch.ones(6)})
+    frames = _frames(4)
+    shifted = {**frames, keys.OBS_STATE: (frames[keys.OBS_STATE] - mean) / std.clamp_min(1e-2)}
+    torch.testing.assert_close(model(frames), plain(shifted))
+    assert not torch.allclose(model(frames), plain(frames))
+
+
+def test_value_inputs_and_config_are_checked_at_their_bounds():
+    model = _tiny().eval()
+    frames = _frames(4)
+    one_task = {**frames, keys.TASK: "lift the cube"}  # one instruction for every frame
+    torch.testing.assert_close(model.value(one_task), model.value({**frames, keys.TASK: ["lift the cube"] * 4}))
+    with pytest.raises(ValueError, match="holds 3 instructions for 4 frames"):
+        model.value({**frames, keys.TASK: ["lift the cube"] * 3})
+    for state in (torch.zeros(4, 5), torch.zeros(6)):
+        with pytest.raises(ValueError, match=r"observation.state has shape .*reads \[B, 6\]"):
+            model.value({**frames, keys.OBS_STATE: state})
+    stats = {keys.OBS_STATE: {"mean": torch.zeros(6), "std": torch.ones(6)}}
+    cfg = dataclasses.replace(model.cfg, max_words=3)
+    ValueModel.from_stats(stats, ["lift the cube"], cfg)  # exactly max_words
+    with pytest.raises(ValueError, match="a task has 4 words, more than value max_words=3"):
+        ValueModel.from_stats(stats, ["lift the red cube"], cfg)
+    for bad in ({"mean": torch.zeros(5), "std": torch.ones(6)}, {"mean": torch.zeros(6), "std": torch.ones(5)}):
+        with pytest.raises(ValueError, match="state statistics have"):
+            ValueModel.from_stats({keys.OBS_STATE: bad}, ["lift the cube"], cfg)
+    ValueConfig(num_bins=2, random_shift=0, sigma_ratio=1e-3)  # the bounds themselves
+    for kw, match in (({"num_bins": 1}, "num_bins must be >= 2"), ({"v_min": 0.0}, "v_min < v_max"),
+                      ({"random_shift": -1}, "random_shift must be >= 0"), ({"sigma_ratio": 0.0}, "sigma_ratio"),
+                      ({"conv_channels": [8]}, "same, non-zero length"),
+                      ({"conv_channels": [], "conv_strides": []}, "same, non-zero length"),
+                      ({"cameras": []}, "at least one camera")):
+        with pytest.raises(ValueError, match=match):
+            ValueConfig(**kw)
