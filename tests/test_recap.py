@@ -49,6 +49,15 @@ def test_awr_weights_favour_high_advantages_and_interventions():
     w = awr_weights(adv, AWRConfig(max_weight=3.0), intervention=np.array([1, 0, 0, 0], bool))
     assert float(w[0]) == 3.0
     np.testing.assert_array_equal(awr_weights(np.zeros(3), AWRConfig()).numpy(), [1.0, 1.0, 1.0])
+    # advantages on a small scale (std 0.1118 < 1), median 0.15 between two frames, at temperature 1 and 0.5
+    small = np.array([0.0, 0.1, 0.2, 0.3])
+    np.testing.assert_allclose(awr_weights(small, AWRConfig()).numpy(), [0.261416, 0.639407, 1.563948, 3.825315],
+                               rtol=1e-5)
+    np.testing.assert_allclose(awr_weights(small, AWRConfig(temperature=0.5, max_weight=1.0)).numpy(),
+                               [0.068339, 0.408842, 1.0, 1.0], rtol=1e-5)  # max_weight 1: nothing above the median
+    for bad in ({"temperature": 0.0}, {"max_weight": 0.99}):
+        with pytest.raises(ValueError, match="temperature must be > 0 and max_weight >= 1"):
+            AWRConfig(**bad)
 
 
 def test_indicator_weights_draw_positives_at_the_share_asked():

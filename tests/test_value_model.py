@@ -169,3 +169,14 @@ def test_value_inputs_and_config_are_checked_at_their_bounds():
                       ({"cameras": []}, "at least one camera")):
         with pytest.raises(ValueError, match=match):
             ValueConfig(**kw)
+
+
+def test_the_loss_is_the_cross_entropy_to_the_target_distribution_by_hand():
+    model = _tiny().eval()
+    frames, target = _frames(4), torch.tensor([-0.1, -0.5, -0.75, -1.0])
+    ce, stats = model.loss(frames, target)
+    logits = model(frames)
+    want = -(model.target_distribution(target) * torch.log_softmax(logits, -1)).sum(-1).mean()
+    torch.testing.assert_close(ce, want)
+    assert stats["loss/value_ce"] == pytest.approx(float(want.detach()), rel=1e-6)
+    assert stats["value/mae"] == pytest.approx(float((model.value(frames) - target).abs().mean()), rel=1e-5)
