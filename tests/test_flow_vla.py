@@ -650,3 +650,34 @@ def test_color_jitter_by_hand_and_only_in_training():
     assert not torch.allclose(pol._encode(batch, augment=True), pol._encode(batch, augment=True))
     with pytest.raises(ValueError, match="color_jitter"):
         _tiny_cfg(color_jitter=1.0)
+
+
+def test_indicator_values_processor_and_task_strings_are_read_as_documented():
+    """A float indicator is positive above 0.5 only (0.5 itself is negative); one instruction string serves the whole
+    batch; a processor that does not fit the config (other inputs or action size) is refused; a training task of
+    exactly max_words is accepted, one word more refused; no pad mask means no padded steps."""
+    pol = _policy(conditioning=True, cond_dropout=0.0).eval()
+    for block in pol.model.blocks:  # FiLM starts at zero (the condition has no effect yet): give it some
+        torch.nn.init.normal_(block.film.weight, std=0.3)
+    batch = _batch(4)
+    noise, time = torch.randn(4, 4, 6), torch.full((4,), 0.5)
+
+    def loss(indicator, **kw) -> float:
+        return pol.loss({**batch, CONDITION_KEY: indicator, **kw}, noise=noise, time=time)[1]["loss"]
+
+    negative, positive = loss(torch.zeros(4, dtype=torch.bool)), loss(torch.ones(4, dtype=torch.bool))
+    assert negative != positive
+    assert loss(torch.full((4,), 0.5)) == negative and loss(torch.full((4,), 0.3)) == negative
+    assert loss(torch.full((4,), 0.7)) == positive
+    same = {**batch, keys.TASK: [TASKS[0]] * 4}
+    assert loss(torch.zeros(4, dtype=torch.bool), **{keys.TASK: TASKS[0]}) == \
+        pol.loss({**same, CONDITION_KEY: torch.zeros(4, dtype=torch.bool)}, noise=noise, time=time)[1]["loss"]
+    assert pol.loss({k: v for k, v in batch.items() if k != keys.ACTION_IS_PAD})[1]["pad_fraction"] == 0.0
+    other_action = FlowVLAPolicy(_tiny_cfg(action_dim=5)).processor
+    other_inputs = FlowVLAPolicy(_tiny_cfg(cameras=["front"])).processor
+    for processor in (other_action, other_inputs):
+        with pytest.raises(ValueError, match="do not fit the config"):
+            FlowVLAPolicy(_tiny_cfg(), processor)
+    FlowVLAPolicy.from_stats(_stats(), TASKS, _tiny_cfg(max_words=5))  # "pick up the red cube": 5 words
+    with pytest.raises(ValueError, match="a training task has 5 words, more than max_words=4"):
+        FlowVLAPolicy.from_stats(_stats(), TASKS, _tiny_cfg(max_words=4))
