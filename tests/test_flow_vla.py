@@ -681,3 +681,27 @@ def test_indicator_values_processor_and_task_strings_are_read_as_documented():
     FlowVLAPolicy.from_stats(_stats(), TASKS, _tiny_cfg(max_words=5))  # "pick up the red cube": 5 words
     with pytest.raises(ValueError, match="a training task has 5 words, more than max_words=4"):
         FlowVLAPolicy.from_stats(_stats(), TASKS, _tiny_cfg(max_words=4))
+
+
+def test_a_joint_that_never_moved_has_std_zero_and_trains_a_negative_std_is_refused():
+    """Demos where a joint stays put (so101_reach's scripted gripper: std 0.004 deg) are accepted: the action std is
+    floored at cfg.action_std_min and the state std at cfg.state_std_min (1 deg), so a real arm's one-tick jitter on
+    that joint (0.088 deg) is 0.088 std of input, not 22 std clipped at 10; a negative std is a broken file."""
+    stats = _stats()
+    stats[keys.ACTION_COL] = {**stats[keys.ACTION_COL], "std": [22.0, 31, 29, 24, 61, 0.0]}
+    stats[keys.OBS_STATE] = {**stats[keys.OBS_STATE], "std": [20.0, 30, 30, 25, 60, 0.004]}
+    pol = FlowVLAPolicy.from_stats(stats, TASKS, _tiny_cfg())
+    assert float(pol.action_std[5]) == pytest.approx(pol.cfg.action_std_min) and pol.cfg.action_std_min > 0
+    mean = torch.tensor(stats[keys.OBS_STATE]["mean"])
+    jitter = mean + torch.tensor([0.0, 0, 0, 0, 0, 0.088])  # one STS3215 tick on the gripper
+    obs = {**{k: v for k, v in _batch(1).items() if k.startswith("observation.images")}, keys.OBS_STATE: jitter[None]}
+    normalised = pol.processor(obs)[keys.OBS_STATE][0]
+    torch.testing.assert_close(normalised, torch.tensor([0.0, 0, 0, 0, 0, 0.088]), atol=1e-5, rtol=0)
+    unfloored = FlowVLAPolicy.from_stats(stats, TASKS, _tiny_cfg(state_std_min=1e-6))
+    assert float(unfloored.processor(obs)[keys.OBS_STATE][0, 5]) == 10.0  # 22 std, clipped at 10
+    with pytest.raises(ValueError, match="state_std_min and action_std_min must be > 0"):
+        _tiny_cfg(state_std_min=0.0)
+    for feature in (keys.OBS_STATE, keys.ACTION_COL):
+        bad = {**stats, feature: {**stats[feature], "std": [1.0] * 5 + [-1.0]}}
+        with pytest.raises(ValueError, match=f"dataset statistic {feature}.std is negative"):
+            FlowVLAPolicy.from_stats(bad, TASKS, _tiny_cfg())

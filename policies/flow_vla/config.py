@@ -126,6 +126,11 @@ class FlowVLAConfig:
     # "median_actions_trial_2026_12_05"). Off by default.
     median_actions: list[str] = field(default_factory=list)
     action_std_min: float = 1e-2  # degrees: floor of the action std used for normalisation (constant joints)
+    # degrees: floor of the state std the input is normalised by. A joint that hardly moves in the demos (so101_reach's
+    # scripted gripper: std 0.004 deg over 10 episodes) would otherwise turn a real arm's one-tick jitter (0.088 deg
+    # on an STS3215) into 22 std, clipped at 10: an input the policy never saw. At 1 deg that tick is 0.09 std; joints
+    # that move (10-60 deg std in every task's demos) are untouched.
+    state_std_min: float = 1.0
     # Predict each chunk relative to the joints at its first frame (a_h - q, normalised per chunk step h by the
     # dataset's statistics of that difference) instead of as absolute targets; the policy's input and output stay
     # absolute targets in degrees (LeRobot's action), only the expert's space changes. Needs state and action to be
@@ -157,6 +162,9 @@ class FlowVLAConfig:
         if self.relative_actions and self.state_dim != self.action_dim:
             raise ValueError(f"relative_actions needs state_dim == action_dim (the same joints), got {self.state_dim} "
                              f"and {self.action_dim}")
+        if not (self.state_std_min > 0 and self.action_std_min > 0):
+            raise ValueError(f"state_std_min and action_std_min must be > 0 degrees, got {self.state_std_min}, "
+                             f"{self.action_std_min}")
         if self.state_noise < 0 or not 0 <= self.color_jitter < 1:
             raise ValueError(f"need state_noise >= 0 and 0 <= color_jitter < 1, got {self.state_noise}, "
                              f"{self.color_jitter}")

@@ -150,7 +150,7 @@ class FlowVLAPolicy(Policy):
         action_mean, action_std = _mean_std(stats, keys.ACTION_COL, self.cfg.action_dim)
         norm = self._state_normalizer()
         norm.mean.copy_(state_mean)
-        norm.var.copy_(state_std.pow(2))
+        norm.var.copy_(state_std.clamp_min(self.cfg.state_std_min).pow(2))  # (a constant joint: see the config)
         count = stats[keys.OBS_STATE].get("count")
         norm.count.fill_(float(torch.as_tensor(count).reshape(-1)[0]) if count is not None else 1.0)
         self.action_mean.copy_(action_mean)

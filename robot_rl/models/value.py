@@ -66,6 +66,7 @@ class ValueConfig:
     v_max: float = 0.0  # value of the last atom
     loss: str = HL_GAUSS  # "hl_gauss" or "two_hot"
     sigma_ratio: float = 0.75  # HL-Gauss σ in bin widths
+    state_std_min: float = 1.0  # degrees: floor of the state std (a joint constant in the data; FlowVLAConfig's)
 
     def __post_init__(self) -> None:
         if not self.cameras:
@@ -79,6 +80,8 @@ class ValueConfig:
             raise ValueError(f"value random_shift must be >= 0, got {self.random_shift}")
         if self.sigma_ratio <= 0:
             raise ValueError(f"value sigma_ratio must be > 0, got {self.sigma_ratio}")
+        if not self.state_std_min > 0:
+            raise ValueError(f"value state_std_min must be > 0 degrees, got {self.state_std_min}")
         if len(self.conv_channels) != len(self.conv_strides) or not self.conv_channels:
             raise ValueError(f"value conv_channels {self.conv_channels} and conv_strides {self.conv_strides} must "
                              "have the same, non-zero length")
@@ -154,7 +157,7 @@ class ValueModel(nn.Module):
         if mean.numel() != cfg.state_dim or std.numel() != cfg.state_dim:
             raise ValueError(f"state statistics have {mean.numel()} values, the value model reads {cfg.state_dim}")
         model.state_mean.copy_(mean)
-        model.state_std.copy_(std.clamp_min(1e-2))
+        model.state_std.copy_(std.clamp_min(cfg.state_std_min))
         return model
 
     @property
