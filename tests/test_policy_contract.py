@@ -37,6 +37,18 @@ def test_nested_configs_round_trip():
         config_from_dict(_Outer, {"action_dim": 1, "inner": {"wdth": 3}})
 
 
+
+def test_feature_names_must_fit_their_flat_group():
+    Features(inputs={"policy": [3]}, action_dim=2, names={"policy": ["x", "y", "z"]})
+    for names, inputs in (({"policy": ["x", "y"]}, {"policy": [3]}),  # too few names
+                          ({"image": ["r", "g", "b"]}, {"image": [3, 8, 8]})):  # an image is not a flat group
+        with pytest.raises(ValueError, match="names for input"):
+            Features(inputs=inputs, action_dim=2, names=names)
+    with pytest.raises(ValueError, match="not an input"):
+        Features(inputs={"policy": [3]}, action_dim=2, names={"proprio": ["x"]})
+    with pytest.raises(ValueError, match="1 action names for action_dim 2"):
+        Features(inputs={"policy": [3]}, action_dim=2, action_names=["gripper"])
+
 def test_processor_travels_with_the_policy(tmp_path):
     features = Features(inputs={"policy": [3]}, action_dim=2, names={"policy": ["x", "y", "z"]},
                         action_names=["shoulder_pan", "gripper"])
