@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from policies import keys
@@ -33,3 +34,25 @@ def test_a_window_of_180_successes_in_200_reaches_stop_success_rate_0_9():
     assert stats.summary()["episode/success_rate"] == 0.9
     assert should_stop(RunLimits(total_steps=10**9, stop_success_rate=0.9), stats, 0, 0.0)
     assert not should_stop(RunLimits(total_steps=10**9, stop_success_rate=0.905), stats, 0, 0.0)
+
+
+def test_evaluate_takes_each_envs_first_episodes_not_whichever_end_first():
+    """7 episodes over 3 envs: 3 from env 0 (steered to the origin: short successes) and 2 from each of envs 1-2
+    (pushed away: 40-step time-outs). Taking whichever episodes end first would fill the count with env 0's."""
+    env = PointMassEnv(num_envs=3)
+    away = torch.tensor([1.0, -1.0, -1.0])
+
+    def act(obs):
+        x = obs[keys.POLICY]
+        return (-10.0 * x * away[:, None]).clamp(-1.0, 1.0) + (away[:, None] < 0).float() * torch.sign(x)
+
+    r = evaluate(env, act, 7, seed=0)
+    assert r.num_episodes == 7 and r.success_rate == 3 / 7
+    assert 4 * 40 / 7 < r.mean_length <= (4 * 40 + 3 * 10) / 7  # env 0's successes take 1-10 steps
+    assert r.std_return > 0  # short successes and long time-outs
+    one = evaluate(env, act, 1, seed=0)  # env 0's first episode alone
+    assert (one.num_episodes, one.success_rate, one.std_return) == (1, 1.0, 0.0) and one.mean_length <= 10
+    two = evaluate(env, act, 2, seed=0)  # a success and a time-out: their returns differ
+    assert two.success_rate == 0.5 and two.std_return > 0
+    with pytest.raises(ValueError, match="num_episodes must be >= 1"):
+        evaluate(env, act, 0, seed=0)
