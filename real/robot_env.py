@@ -21,7 +21,6 @@ who chose it. The step paces itself with a ``ControlClock`` (30 Hz by default) a
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -373,10 +372,6 @@ class RobotEnv(VecEnv):
 
     def close(self) -> None:
         safe_disconnect(self.robot)
-
-
-def percentile_ms(xs: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(xs, float) * 1e3, q)) if len(xs) else math.nan
 
 
 __all__ = ["CLOCK", "REJECTED", "STALE", "ControlClock", "Observation", "RobotEnv", "gripper_range_of",

@@ -92,6 +92,35 @@ def test_robot_env_contract_on_so101_sim(tmp_path):
         robot.disconnect()
 
 
+
+def test_frame_of_an_earlier_read_and_the_default_clock(tmp_path):
+    """``frame(obs)`` is that read's frame, not the latest; without a clock the env paces itself at its fps (LeRobot's
+    30 Hz by default); a clock of 0 fps is refused."""
+    from real.config_sim_robot import SO101SimRobotConfig
+    from real.sim_robot import SO101SimRobot
+
+    robot = SO101SimRobot(SO101SimRobotConfig(task="so101_reach", id="sim", calibration_dir=tmp_path))
+    safety = SafetyFilter(SafetyConfig(), limits_from_robot(robot, 2.0))
+    safe_connect(robot, safety)
+    try:
+        assert RobotEnv(robot, safety).clock.period == pytest.approx(1 / 30)
+        env = RobotEnv(robot, safety, fps=50, clock=None)
+        assert env.clock.period == pytest.approx(0.02) and env.control_dt == pytest.approx(0.02)
+        env.clock.sleep = False
+        frame, _ = env.reset()
+        first = env.observe()
+        first_state = env.frame()[keys.OBS_STATE]  # the latest read's frame, taken then
+        env.step(frame[keys.OBS_STATE] + torch.tensor([[5.0, 0, 0, 0, 0, 0]]))
+        env.step(frame[keys.OBS_STATE] + torch.tensor([[10.0, 0, 0, 0, 0, 0]]))
+        env.observe()
+        assert not torch.equal(env.frame()[keys.OBS_STATE], first_state)  # the arm moved between the two reads
+        assert torch.equal(env.frame(first)[keys.OBS_STATE], first_state)
+    finally:
+        robot.disconnect()
+    with pytest.raises(ValueError, match="fps must be > 0"):
+        ControlClock(0.0)
+
+
 def test_control_clock_paces_at_30hz_and_counts_missed_deadlines(monkeypatch):
     """On a simulated clock (the pacing logic, not the OS scheduler: real tick times are the benchmark's,
     benchmarks/deploy_loop.py): 30 ticks of 5 ms work at 30 Hz sleep to periods of exactly 1/30 s with no miss; a tick
@@ -125,6 +154,10 @@ def test_control_clock_paces_at_30hz_and_counts_missed_deadlines(monkeypatch):
     t0 = now[0]
     clock.wait()  # no work: sleeps one full period from the missed tick, not a catch-up burst
     assert clock.missed == 1 and now[0] - t0 == pytest.approx(1 / 30, abs=1e-9)
+    # work of 30 x 5 ms, 50 ms and 0 ms: p99 interpolates numpy's way between the 31st and 32nd of 32 (5 + 0.69 x 45)
+    s = clock.stats()
+    assert s["ticks"] == 32 and s["work_max_ms"] == pytest.approx(50.0, abs=1e-6)
+    assert s["work_p99_ms"] == pytest.approx(36.05, abs=1e-6) and s["work_p50_ms"] == pytest.approx(5.0, abs=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------ A4
