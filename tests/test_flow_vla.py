@@ -62,6 +62,12 @@ def _policy(**kw) -> FlowVLAPolicy:
     return FlowVLAPolicy.from_stats(_stats(), TASKS, _tiny_cfg(**kw))
 
 
+def _let_the_condition_act(pol: FlowVLAPolicy) -> None:
+    """FiLM starts at zero (the condition has no effect yet): give it some."""
+    for block in pol.model.blocks:
+        torch.nn.init.normal_(block.film.weight, std=0.3)
+
+
 def _batch(b: int, horizon: int = 4, seed: int = 1, uint8: bool = False) -> dict:
     g = torch.Generator().manual_seed(seed)
     images = {keys.lerobot_image_key(c): torch.rand(b, 3, 32, 32, generator=g) for c in CAMS}
@@ -432,8 +438,7 @@ def test_conditioning_dropout_and_guidance():
         pol.loss({k: v for k, v in batch.items() if k != CONDITION_KEY})
     # sampling: β = 0 is the unconditional flow, β = 1 the positive-conditioned one, β = 2 extrapolates past it
     frame = {k: v[:2] for k, v in batch.items() if k not in (keys.ACTION_COL, CONDITION_KEY)}
-    for block in pol.model.blocks:  # FiLM starts at zero (the condition has no effect yet): give it some
-        torch.nn.init.normal_(block.film.weight, std=0.3)
+    _let_the_condition_act(pol)
     noise = torch.randn(2, 4, 6)
     with torch.no_grad():
         ctx = pol._encode(frame)
@@ -657,8 +662,7 @@ def test_indicator_values_processor_and_task_strings_are_read_as_documented():
     batch; a processor that does not fit the config (other inputs or action size) is refused; a training task of
     exactly max_words is accepted, one word more refused; no pad mask means no padded steps."""
     pol = _policy(conditioning=True, cond_dropout=0.0).eval()
-    for block in pol.model.blocks:  # FiLM starts at zero (the condition has no effect yet): give it some
-        torch.nn.init.normal_(block.film.weight, std=0.3)
+    _let_the_condition_act(pol)
     batch = _batch(4)
     noise, time = torch.randn(4, 4, 6), torch.full((4,), 0.5)
 
