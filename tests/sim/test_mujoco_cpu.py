@@ -55,12 +55,51 @@ def test_close_joins_the_worker_threads():
     env = make_env("so101_reach", SimConfig(num_envs=6, num_threads=3))
     env.reset(seed=0)
     env.step(torch.zeros(6, env.action_dim))
-    # The caller steps the first slice itself, so at most 2 workers; ThreadPoolExecutor starts them lazily and
-    # reuses an idle one, so under load the first may already have finished its slice and taken the second.
-    assert 1 <= workers() - before <= 2
+    assert workers() - before == 2  # the caller steps the first slice itself
     env.close()
     env.close()  # twice is harmless
     assert workers() == before
+
+
+def test_an_error_in_a_worker_reaches_the_caller_after_every_slice_returned():
+    """A worker's exception is raised by ``step`` on the calling thread, only once every other slice has returned
+    (nothing may still write into the output arrays), and the next step runs normally."""
+    import threading
+    import time
+
+    env = make_env("so101_reach", SimConfig(num_envs=6, num_threads=3))
+    try:
+        env.reset(seed=0)
+        phys = env.physics
+        originals = phys._rollouts
+        real = [r.rollout for r in originals]
+        returned: dict[int, float] = {}
+
+        class Slice:
+            def __init__(self, i: int) -> None:
+                self.i = i
+
+            def rollout(self, *args, **kwargs):
+                if self.i == 1:
+                    raise RuntimeError(f"slice failed on {threading.current_thread().name}")
+                time.sleep(0.05 * self.i)  # the last slice returns well after the failing one
+                real[self.i](*args, **kwargs)
+                returned[self.i] = time.perf_counter()
+
+            def close(self) -> None:
+                pass
+
+        phys._rollouts = [Slice(i) for i in range(3)]
+        with pytest.raises(RuntimeError, match="slice failed on mujoco_step_1"):
+            env.step(torch.zeros(6, env.action_dim))
+        raised = time.perf_counter()
+        assert sorted(returned) == [0, 2] and returned[2] <= raised
+        phys._rollouts = originals
+        before = phys.state.qpos.clone()
+        env.step(torch.ones(6, env.action_dim))
+        assert not torch.equal(phys.state.qpos, before)  # the workers took the next step's slices
+    finally:
+        env.close()
 
 
 def test_fault_checks_in_one_pass_match_the_reference():
