@@ -25,6 +25,7 @@ Batched torch tensors in and out, on the env's device; no numpy or gym spaces cr
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -172,8 +173,7 @@ def sanitize_action(action: torch.Tensor, num_envs: int, action_dim: int, device
         NaN or inf -- None when every row is finite (the common case costs nothing more).
     """
     a = check_action(action, num_envs, action_dim).to(device)
-    total = a.sum()  # a screen: a NaN or inf anywhere makes the sum non-finite (s - s is then NaN)
-    if bool(total - total == 0):
+    if math.isfinite(float(a.sum())):  # a screen: a NaN or inf anywhere makes the sum non-finite (one op, one sync)
         return a.clamp(-1.0, 1.0), None
     bad = nonfinite_rows(a)  # or finite values summed past float32's range: the rows decide
     if not bool(bad.any()):

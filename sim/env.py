@@ -18,6 +18,7 @@ from policies import keys
 from robot_rl.env import EpisodeTracker, Obs, VecEnv, actor_ids, sanitize_action
 from sim.config import SimConfig
 from sim.physics import Physics
+from sim.step_bookkeeping import end_of_step_cpu, end_of_step_torch
 from sim.task import Task, reward_weight_vector
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,10 @@ class MujocoFamilyEnv(VecEnv):
         # Action latency: ctrl history [L + 1, N, nu], newest first; env i applies the row latency[i].
         self.latency = torch.zeros(n, dtype=torch.long, device=dev)
         self._ctrl_hist = torch.zeros(self.dr.max_latency + 1, n, nu, dtype=physics.state.ctrl.dtype, device=dev)
+        # On the CPU the end of the step (faults, terminations, episode sums) is one compiled pass
+        # (sim/step_bookkeeping.py); the torch code below is the reference, and what runs on a GPU.
+        self.fused_bookkeeping = self.device.type == "cpu"
+        self._terminate_on_success = bool(getattr(task.cfg, "terminate_on_success", True))
 
     @property
     def instructions(self) -> list[str]:
@@ -124,39 +129,24 @@ class MujocoFamilyEnv(VecEnv):
             ctrl = self._ctrl_hist[self.latency, self._all]
         diverged = self.physics.step(ctrl, self.task.decimation)
         nan_state, too_fast = self.physics.faults(self.cfg.max_abs_qvel)
-        diverged = diverged | too_fast
-        faulted = nan_state | diverged
-        if bad is not None:
-            faulted = faulted | bad
-        any_fault = bool(faulted.any())  # rare: the masking below runs only then
-        if any_fault:
-            self.counters["sim_nan_resets"] += int(nan_state.sum())
-            self.counters["sim_diverged_resets"] += int((diverged & ~nan_state).sum())
-
         weighted = self.task.reward_term_matrix(state, action).float() * self._reward_w  # [N, terms]
         reward = weighted.sum(dim=1)
         log_scalars = dict(zip(self._reward_log_names, weighted.mean(dim=0).tolist()))
         success = self.task.success(state)
         terminated = self.task.terminated(state)
-        if any_fault:
-            terminated = terminated | faulted
-        if getattr(self.task.cfg, "terminate_on_success", True):
-            terminated = terminated | success
-        # A faulted env's reward and observation are meaningless: zero them so nothing non-finite escapes.
-        reward = torch.nan_to_num(reward, nan=0.0, posinf=0.0, neginf=0.0)
-        if any_fault:
-            reward.masked_fill_(faulted, 0.0)
-            success = success & ~faulted
-        self.episodes.add(reward, success)
-        truncated = (self.episodes.lengths >= self.max_episode_length) & ~terminated
+        end_of_step = end_of_step_cpu if self.fused_bookkeeping else end_of_step_torch
+        end = end_of_step(reward, success, terminated, nan_state, too_fast, diverged, bad, self._terminate_on_success,
+                          self.episodes, self.max_episode_length)  # reward sanitised in place, episodes advanced
+        self.counters["sim_nan_resets"] += end.n_nan
+        self.counters["sim_diverged_resets"] += end.n_diverged
+        success, terminated, truncated, faulted, done = end.success, end.terminated, end.truncated, end.faulted, end.done
 
         obs = self._observe()
-        done = terminated | truncated
         info: dict[str, Any] = {keys.SUCCESS: success, "faulted": faulted, keys.APPLIED_ACTION: action,
                                 keys.ACTOR: who}
-        if bool(done.any()):
+        if end.n_done:
             final_obs = {k: v.clone() for k, v in obs.items()}
-            if any_fault:
+            if end.n_faulted:
                 for v in final_obs.values():
                     if v.is_floating_point():
                         v[faulted] = 0.0
