@@ -19,7 +19,7 @@ from torch import nn
 
 from policies import keys
 from robot_rl.checkpoint import load_checkpoint, write_checkpoint
-from robot_rl.data.augment import gather_frames
+from robot_rl.data.augment import gather_frames, random_shifts
 from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler, DatasetError, read_meta
 from robot_rl.data.video_decode import DecodeError, resolve_backend
 
@@ -247,6 +247,17 @@ def test_random_shift_replicates_the_border():
     assert torch.equal(pixels(gather_frames(cache, rows)), cache[rows])
     with pytest.raises(ValueError, match="shifts"):
         gather_frames(cache, rows, torch.tensor([[3, 0], [0, 0]]), pad=2)
+    # the smallest pad shifts too: (-1, 1) reads (max(i-1, 0), min(j+1, 3))
+    one = gather_frames(cache, rows[:1, :1], torch.tensor([[-1, 1]]), pad=1)
+    assert pixels(one[0, 0, 0]).tolist() == [[1, 2, 3, 3], [1, 2, 3, 3], [5, 6, 7, 7]]
+
+
+def test_random_shifts_cover_every_offset_up_to_pad():
+    g = torch.Generator().manual_seed(0)
+    shifts = random_shifts(2000, 3, g)
+    assert shifts.shape == (2000, 2) and shifts.dtype == torch.int64
+    for axis in (0, 1):  # both axes, each offset in [-3, 3] drawn (~286 times each), nothing beyond
+        assert shifts[:, axis].unique().tolist() == [-3, -2, -1, 0, 1, 2, 3]
 
 
 def test_augmentation_is_a_shift_of_at_most_pad_pixels(dataset):
