@@ -241,3 +241,75 @@ def test_cameras_on_a_moving_body_take_their_own_jitter():
     np.testing.assert_array_equal(light_fixed, light)
     with pytest.raises(ValueError, match="mounted_camera_pos_jitter"):
         RandomizationConfig(mounted_camera_pos_jitter=-0.01)
+
+
+def test_each_field_is_scaled_as_configured_by_hand():
+    """Ranges pinned to one value give exact draws: each field is its nominal value times its scale (sliding friction
+    only; masses and inertias together; the servos' kp in gain and bias, their kv untouched), lights and colours
+    clipped to [0, 1], the world body's centre of mass never moved."""
+    from sim.randomization import ModelRandomizer
+
+    model = _env().physics.model
+    cfg = RandomizationConfig(friction=[0.5, 0.5], mass=[2.0, 2.0], joint_damping=[3.0, 3.0], armature=[0.25, 0.25],
+                              actuator_gain=[0.5, 0.5], light_scale=[5.0, 5.0], color_scale=[3.0, 3.0],
+                              com_offset=0.02)
+    sampler = ModelRandomizer(model, cfg)
+    assert sampler.position_actuators.tolist() == list(range(model.nu))  # every SO-101 servo is a position servo
+    out = sampler.sample(3, torch.Generator().manual_seed(0))
+
+    def rows(x):  # the nominal value, once per env
+        return np.broadcast_to(x, (3, *x.shape))
+
+    for f, v in out.items():
+        assert v.shape == (3, *getattr(model, f).shape), f
+    np.testing.assert_allclose(out["geom_friction"][:, :, 0], 0.5 * rows(model.geom_friction[:, 0]))
+    np.testing.assert_array_equal(out["geom_friction"][:, :, 1:], rows(model.geom_friction[:, 1:]))
+    np.testing.assert_allclose(out["body_mass"], 2.0 * rows(model.body_mass))
+    np.testing.assert_allclose(out["body_inertia"], 2.0 * rows(model.body_inertia))
+    np.testing.assert_allclose(out["dof_damping"], 3.0 * rows(model.dof_damping))
+    np.testing.assert_allclose(out["dof_armature"], 0.25 * rows(model.dof_armature))
+    np.testing.assert_allclose(out["actuator_gainprm"][:, :, 0], 0.5 * rows(model.actuator_gainprm[:, 0]))
+    np.testing.assert_allclose(out["actuator_biasprm"][:, :, 1], -out["actuator_gainprm"][:, :, 0])
+    np.testing.assert_array_equal(out["actuator_biasprm"][:, :, 2], rows(model.actuator_biasprm[:, 2]))
+    assert (model.light_diffuse > 0.2).any()  # so the clip at 1 is exercised
+    np.testing.assert_allclose(out["light_diffuse"], rows(np.minimum(5.0 * model.light_diffuse, 1.0)))
+    np.testing.assert_allclose(out["mat_rgba"][:, :, :3], rows(np.minimum(3.0 * model.mat_rgba[:, :3], 1.0)))
+    np.testing.assert_array_equal(out["mat_rgba"][:, :, 3], rows(model.mat_rgba[:, 3]))
+    offset = out["body_ipos"] - model.body_ipos
+    assert (offset[:, 0] == 0).all() and np.abs(offset).max() <= 0.02 and np.abs(offset[:, 1:]).min() > 0
+    dark = ModelRandomizer(model, RandomizationConfig(color_scale=[0.0, 0.0], light_scale=[0.0, 0.0])).sample(
+        3, torch.Generator())
+    assert (dark["light_diffuse"] == 0).all()
+    tinted = sampler.material_coloured_geoms  # coloured through their material: their own rgba stays
+    plain = np.setdiff1d(np.arange(model.ngeom), tinted)
+    assert len(plain) and (dark["geom_rgba"][:, plain, :3] == 0).all() and (dark["mat_rgba"][:, :, :3] == 0).all()
+    np.testing.assert_array_equal(dark["geom_rgba"][:, tinted], rows(model.geom_rgba[tinted]))
+
+
+@pytest.mark.parametrize("field,value", [("friction", [0.9, 1.0]), ("mass", [1.0, 1.1]), ("com_offset", 0.001),
+                                         ("joint_damping", [1.0, 1.2]), ("armature", [0.9, 0.9]),
+                                         ("actuator_gain", [1.0, 1.01]), ("light_scale", [0.5, 1.0]),
+                                         ("color_scale", [1.0, 1.5]), ("camera_pos_jitter", 0.001),
+                                         ("mounted_camera_pos_jitter", 0.001)])
+def test_any_one_randomized_field_enables_the_per_env_models(field, value):
+    assert RandomizationConfig(**{field: value}).physics_enabled
+    assert not RandomizationConfig().physics_enabled
+    assert not RandomizationConfig(obs_noise=0.1, action_latency=[0, 2]).physics_enabled  # no model field
+
+
+@pytest.mark.parametrize("bad", [{"mass": [-0.1, 1.0]}, {"mass": [1.0, 1.1, 1.2]}, {"color_scale": [2.0, 1.0]},
+                                 {"com_offset": -0.01}, {"mounted_camera_pos_jitter": -0.001}])
+def test_more_bad_ranges_are_refused(bad):
+    with pytest.raises(ValueError, match=f"randomization.{next(iter(bad))} must be"):
+        RandomizationConfig(**bad)
+
+
+def test_batched_params_redraw_a_single_env():
+    from sim.randomization import BatchedModelParams
+
+    model = _env().physics.model
+    params = BatchedModelParams(model, RandomizationConfig(mass=[0.5, 1.5]), 3, torch.device("cpu"), torch.float64)
+    before = params.tensors["body_mass"].clone()
+    params.randomize(torch.tensor([1]), torch.Generator().manual_seed(0))
+    changed = ~torch.isclose(params.tensors["body_mass"], before).all(dim=1)
+    assert changed.tolist() == [False, True, False]
