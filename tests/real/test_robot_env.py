@@ -434,6 +434,36 @@ def test_the_driver_blends_chunks_for_an_instruction_the_policy_ensembles(tmp_pa
     assert float(driver.propose({keys.OBS_STATE: torch.zeros(1, 6), keys.TASK: ["stack"]})[0][0, 0]) == 300.0
 
 
+def test_a_rejected_chunk_is_not_blended_into_the_next(tmp_path):
+    """A malformed chunk (NaN) is handed on for the filter to reject and nothing of it is kept: the next chunk starts
+    its own blend, not one with the chunk before the rejected one; and a two-step chunk is a chunk."""
+    import math
+    _robot, _bus, safety = arm(tmp_path)
+
+    class Ensembling(ScriptedPolicy):
+        def executed_steps_for(self, task):
+            return 1
+
+        def temporal_ensemble_for(self, task):
+            return 1.0
+
+    def plan(state, call):  # chunk 2 is malformed; step k of the c-th chunk is 100 c + k
+        chunk = torch.stack([torch.full((6,), 100.0 * call + k) for k in range(4)])[None]
+        return chunk * math.nan if call == 2 else chunk
+
+    driver = PolicyDriver(Ensembling(plan, horizon=4, executed_steps=1), safety, None, None)
+    frame = {keys.OBS_STATE: torch.zeros(1, 6), keys.TASK: ["stack"]}
+    sent, proposal = driver.propose(frame)
+    assert float(proposal[0, 0]) == 100.0
+    sent, proposal = driver.propose(frame)
+    assert proposal is None and torch.isnan(torch.as_tensor(sent)).all()  # for the env's filter to reject
+    assert float(driver.propose(frame)[1][0, 0]) == 300.0  # chunk 3 alone: chunk 1 is not blended in
+
+    two = PolicyDriver(ScriptedPolicy(lambda s, c: torch.stack([torch.full((6,), 10.0 * c + k) for k in range(2)])[None],
+                                      horizon=2), safety, None, None)
+    assert [float(two.propose(frame)[1][0, 0]) for _ in range(4)] == [10.0, 11.0, 20.0, 21.0]
+
+
 def test_a_lookahead_that_skips_the_whole_chunk_is_refused(tmp_path):
     from real.safety import SafetyConfigError
 
