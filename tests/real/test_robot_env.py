@@ -416,8 +416,8 @@ def test_the_driver_blends_chunks_for_an_instruction_the_policy_ensembles(tmp_pa
         def temporal_ensemble_for(self, task):
             return 1.0 if task == "stack" else None
 
-    def plan(state, call):  # step k of the c-th chunk is 100 c + k
-        return torch.stack([torch.full((6,), 100.0 * call + k) for k in range(6)])[None]
+    def plan(state, call):  # step k of the c-th chunk is 100 c + k; 5 steps: not the action size (6)
+        return torch.stack([torch.full((6,), 100.0 * call + k) for k in range(5)])[None]
 
     e = math.exp(-1.0)
     # chunks at ticks 0, 2, 4: tick 2 blends chunk 1's step 2 (weight 1) with chunk 2's step 0 (e^-1); tick 4 chunk
@@ -426,7 +426,7 @@ def test_the_driver_blends_chunks_for_an_instruction_the_policy_ensembles(tmp_pa
                       (104 + 202 * e + 300 * e * e) / (1 + e + e * e)],
             "other": [100, 101, 102, 200, 201]}
     for task, expected in want.items():
-        driver = PolicyDriver(Ensembling(plan, horizon=6, executed_steps=3), safety, None, None)
+        driver = PolicyDriver(Ensembling(plan, horizon=5, executed_steps=3), safety, None, None)
         got = [float(driver.propose({keys.OBS_STATE: torch.zeros(1, 6), keys.TASK: [task]})[0][0, 0])
                for _ in range(5)]
         assert got == pytest.approx(expected, abs=1e-4), task
