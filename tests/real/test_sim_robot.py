@@ -147,7 +147,7 @@ def test_reset_scene_and_a_pause_start_new_scenes(tmp_path):
         timed.send_action(goal)
     assert timed.scene_index == 0 and timed.scene_step == 3
     timed.send_action(goal)  # the task timed out: this action lands in a new scene
-    assert timed.scene_index == 1 and timed.scene_step == 1
+    assert timed.scene_index == 1 and timed.scene_step == 1 and timed.total_steps == 4 and timed.scenes_solved == 0
 
 
 def test_latency_and_physical_overrides_change_the_arm(tmp_path):
@@ -177,6 +177,7 @@ def test_the_leader_attaches_to_the_robot_and_its_expert_solves_the_scene(tmp_pa
     with pytest.raises(DeviceNotConnectedError, match="not connected"):
         leader.get_action()
     robot.connect()
+    assert (robot.total_steps, robot.scenes_solved) == (0, 0)
     success_at = None
     for step in range(120):
         robot.get_observation()
@@ -187,6 +188,19 @@ def test_the_leader_attaches_to_the_robot_and_its_expert_solves_the_scene(tmp_pa
             success_at = step
             break
     assert success_at is not None, "the scripted expert lifts the cube through LeRobot's units"
+    assert robot.scenes_solved == 1 and robot.total_steps == robot.scene_step == success_at + 1
+    for _ in range(3):  # still solved: the same scene counts once
+        robot.get_observation()
+        robot.send_action(leader.get_action())
+    assert robot.task_success() and robot.scenes_solved == 1 and robot.total_steps == success_at + 4
+    robot.reset_scene()
+    for _ in range(120):
+        robot.get_observation()
+        robot.send_action(leader.get_action())
+        if robot.task_success():
+            break
+    assert robot.scenes_solved == 2 and robot.scene_index == 1
+    assert robot.total_steps == success_at + 4 + robot.scene_step  # counted across scenes
     other = _robot(tmp_path, id="b")
     with pytest.raises(ConnectionError, match="robot_id"):
         _leader(tmp_path).connect()
