@@ -222,3 +222,17 @@ def test_gripper_conversion_round_trips_and_matches_lerobot_degrees_mode():
     assert sim.high_deg == pytest.approx(math.degrees(1.74533), abs=1e-3)
     with pytest.raises(KeyError, match="gripper.pos"):
         features.vector_from_dict({f: 0.0 for f in features.POS_FEATURES[:5]})
+    for low, high in ((10.0, 10.0), (20.0, 10.0), (math.nan, 10.0), (0.0, math.inf)):
+        with pytest.raises(ValueError, match="GripperRange needs finite low_deg < high_deg"):
+            features.GripperRange(low, high)
+    with pytest.raises(ValueError, match="range_min < range_max"):
+        features.GripperRange.from_calibration(2000, 2000)
+
+
+def test_camera_images_of_another_shape_or_type_are_refused_naming_the_camera():
+    good = np.zeros((4, 5, 3), dtype=np.uint8)
+    out = features.images_from_robot({"front": good}, ["front"])
+    assert out["observation.images.front"].shape == (1, 3, 4, 5)
+    for bad in (np.zeros((4, 5, 4), np.uint8), np.zeros((4, 5), np.uint8), np.zeros((4, 5, 3), np.float32)):
+        with pytest.raises(ValueError, match="camera 'front': expected an \\(H, W, 3\\) uint8 image"):
+            features.images_from_robot({"front": bad}, ["front"])
