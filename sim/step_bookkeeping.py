@@ -4,9 +4,9 @@ After the physics and the task's reward terms, ``step`` combines a handful of [N
 terminations (faults, falls, success), the reward's sanitising, the episode tracker's sums, time-outs and the
 episodes that ended. As torch ops that is ~15 dispatches of ~3 us each on N = 64 bools and floats, ~40 us of
 humanoid_walk's env step at N = 64 (its physics ~1.75 ms): the share of the step outside the physics call that
-``benchmarks/sim_throughput.py`` measures. Here it is one loop over the envs. The torch code in ``sim/env.py``
-stays the reference (what runs on MJX and Warp devices), and ``tests/sim/test_env_contract.py`` holds the two to the
-same outputs, faults included. Nothing is computed in another order: the same numbers come out bit for bit.
+``benchmarks/sim_throughput.py`` measures. ``end_of_step_cpu`` is one loop over the envs; ``end_of_step_torch``
+stays the reference (what runs on MJX and Warp devices), and ``tests/sim/test_step_bookkeeping.py`` holds the two to
+the same outputs, faults included. Nothing is computed in another order: the same numbers come out bit for bit.
 """
 
 from __future__ import annotations
