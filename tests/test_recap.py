@@ -60,14 +60,36 @@ def test_awr_weights_favour_high_advantages_and_interventions():
             AWRConfig(**bad)
 
 
+def test_outcome_columns_read_the_intervention_column_where_any_dataset_has_it():
+    from types import SimpleNamespace
+
+    from robot_rl.algos.recap import outcome_columns
+    from robot_rl.data.labels import LabelConfig
+
+    def meta(*cols):  # the one attribute outcome_columns reads of a dataset's metadata
+        return SimpleNamespace(features=dict.fromkeys(cols))
+
+    both, demos = meta("next.success", "intervention"), meta("next.success")
+    assert outcome_columns(both) == (["next.success", "intervention"], [])
+    assert outcome_columns([both, both]) == (["next.success", "intervention"], [])  # every dataset has it
+    assert outcome_columns([both, demos]) == (["next.success", "intervention"], ["intervention"])  # one may lack it
+    assert outcome_columns([demos, demos]) == (["next.success"], [])
+    named = LabelConfig(successful_episodes=[0])
+    assert outcome_columns([demos], named) == ([], [])  # outcomes named by episode: no success column read
+
+
 def test_indicator_weights_draw_positives_at_the_share_asked():
     w = indicator_weights(np.array([1, 0, 0, 0]), 0.5).numpy()
     np.testing.assert_allclose(w, [0.5, 1 / 6, 1 / 6, 1 / 6])  # 1 positive: 0.5; 3 negatives share 0.5
     w = indicator_weights(np.array([True, True, False, False, False]), 0.8).numpy()
     np.testing.assert_allclose(w, [0.4, 0.4, 0.2 / 3, 0.2 / 3, 0.2 / 3])
     np.testing.assert_allclose(indicator_weights(np.ones(4), 0.5).numpy(), [0.25] * 4)  # one class: uniform
-    with pytest.raises(ValueError, match="positive_share"):
-        RecapConfig(positive_share=1.0)
+    np.testing.assert_allclose(indicator_weights(np.zeros((3, 1)), 0.5).numpy(), [1 / 3] * 3)  # [F, 1] columns too
+    assert indicator_weights(np.ones(1), 0.5).tolist() == [1.0] and len(indicator_weights(np.ones(0), 0.5)) == 0
+    for bad in (1.0, 0.0, -0.5):  # the open interval (0, 1), or None
+        with pytest.raises(ValueError, match="positive_share must be in"):
+            RecapConfig(positive_share=bad)
+    assert RecapConfig().positive_share is None and RecapConfig(positive_share=0.01).positive_share == 0.01
 
 
 def test_conditioned_sampler_gives_each_frame_its_own_indicator(tmp_path):
@@ -83,3 +105,39 @@ def test_conditioned_sampler_gives_each_frame_its_own_indicator(tmp_path):
         torch.testing.assert_close(batch[CONDITION_KEY], expected)
     with pytest.raises(ValueError, match="indicators"):
         ConditionedSampler(sampler, ind[:-1])
+
+
+def test_the_value_scores_of_a_labelled_dataset_by_hand():
+    """What ``robot-rl offline algo=recap|awr`` reports of its value model: VOC over the successful episodes, the AUC
+    of the first frame's value for success, the mean absolute error against the targets, episodes and successes."""
+    from robot_rl.algos.recap import value_scores
+    from robot_rl.data.labels import Labels
+
+    eps = np.array([0, 0, 0, 1, 1, 2, 2, 2])
+    frame = np.array([0, 1, 2, 0, 1, 0, 1, 2])
+    value = np.array([-0.6, -0.4, -0.5, -0.9, -0.1, -0.7, -0.8, -0.9])
+    target = np.array([-0.3, -0.2, -0.1, -0.2, -0.1, -1.0, -1.0, -1.0])
+    success = np.array([0, 0, 1, 0, 1, 0, 0, 0], dtype=bool)  # next.success: episodes 0 and 1 succeed at their end
+    zeros = np.zeros(8)
+    labels = Labels(index=np.arange(8), episode_index=eps, frame_index=frame, task_index=zeros, value_target=target,
+                    reward=zeros, value=value, advantage=zeros, advantage_indicator=zeros.astype(bool),
+                    intervention=zeros.astype(bool), thresholds={0: 0.0}, max_episode_length=3)
+    got = value_scores(labels, success[:, None])
+    # VOC: Spearman of episode 0's values (ranks 1, 3, 2) with its frames: 1 - 6 * 2 / (3 * 8) = 0.5; episode 1: 1.0
+    assert got["voc"] == pytest.approx(0.75)
+    # first frames: successes -0.6 and -0.9 against the failure's -0.7: one of the two pairs ranked right
+    assert got["success_auc"] == pytest.approx(0.5)
+    assert got["value_mae"] == pytest.approx(2.2 / 8)  # |V - target|: 0.3 0.2 0.4 0.7 0 0.3 0.2 0.1
+    assert (got["episodes"], got["successes"]) == (3, 2)
+
+
+@pytest.mark.parametrize("bad,words", [({"steps": 0}, "steps, batch_size"), ({"batch_size": 0}, "steps, batch_size"),
+                                       ({"eval_batch_size": 0}, "steps, batch_size"),
+                                       ({"learning_rate": 0.0}, "learning_rate and max_grad_norm"),
+                                       ({"max_grad_norm": 0.0}, "learning_rate and max_grad_norm")])
+def test_value_training_settings_out_of_range_are_refused(bad, words):
+    from robot_rl.algos.recap import ValueTrainConfig
+
+    with pytest.raises(ValueError, match=f"value {words}"):
+        ValueTrainConfig(**bad)
+    ValueTrainConfig(steps=1, batch_size=1, eval_batch_size=1, learning_rate=1e-9, max_grad_norm=1e-9)  # the edges
