@@ -65,6 +65,7 @@ def test_a_dataset_without_next_success_fails_before_training_and_stays_untouche
         err = capsys.readouterr().err
         assert code == 2, err
         assert "'next.success'" in err and "add_features" in err and "robot-rl collect" in err, err
+        assert "HIL-SERL" not in err  # that hint only where the dataset has next.reward to read instead
         assert not (tmp_path / algo).exists()  # refused before anything was trained or written
     assert tree_hash(root) == before
     assert _offline("bc", root, tmp_path / "bc", "steps=2") == 0  # BC needs no outcome
