@@ -121,6 +121,24 @@ def test_orthogonal_init_gains_and_refusal():
         mlp(8, [16], 3, init="xavier")
 
 
+def test_mlp_output_layer_stays_float32_under_bf16_autocast():
+    from policies.mlp import OutputLinear, mlp
+
+    torch.manual_seed(0)
+    net = mlp(8, [16], 3)
+    x = torch.randn(5, 8)
+    head = net[-1]
+    assert isinstance(head, OutputLinear)
+    plain = nn.functional.linear(net[:-1](x), head.weight, head.bias)
+    assert torch.equal(net(x), plain)  # outside autocast: a Linear
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden, out = net[:-1](x), net(x)
+    assert hidden.dtype == torch.bfloat16 and out.dtype == torch.float32
+    # the head's product in float32 from the bf16 features: not the bf16 product
+    assert torch.equal(out, nn.functional.linear(hidden.float(), head.weight, head.bias))
+    assert not torch.equal(out, nn.functional.linear(hidden, head.weight.bfloat16(), head.bias.bfloat16()).float())
+
+
 def test_elu_mlp_backward_makes_no_subnormal_gradients():
     """Units far below 0 (x < -87, as in a trained network) give the out-of-place ELU's backward subnormal gradients
     (exp(x)), which slow CPU matrix products 100-200x (benchmarks/results/subnormal.json); ours reads its output

@@ -20,6 +20,7 @@ from robot_rl import returns
 from robot_rl.algos.base import OnPolicyAlgorithm
 from robot_rl.algos.guard import NonFiniteGuard
 from robot_rl.algos.optim import adam
+from robot_rl.algos.precision import bf16_autocast, resolve_bf16
 from robot_rl.buffers.rollout import RolloutBuffer
 from robot_rl.models.critics import MLPCritic
 
@@ -58,6 +59,11 @@ class PPOConfig:
     max_grad_norm: float = 1.0  # global L2 norm gradients are clipped to
     normalize_advantages: bool = True  # advantages to zero mean, unit std over each rollout
     max_consecutive_nonfinite: int = 10  # skipped (NaN/inf) updates in a row before the run stops
+    # bf16 autocast of the update's forward pass: the hidden layers' matrix products and their gradients in bf16;
+    # weights, gradients, Adam, the output layers (policies.mlp.OutputLinear), the losses and collection stay float32.
+    # true (refused where bf16 would be emulated), false, or "auto": where the hardware computes bf16 natively
+    # (robot_rl.algos.precision). so101_reach's and so101_lift's recipes use "auto" (configs/algo_task/).
+    bf16: bool | str = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -69,6 +75,8 @@ class PPOConfig:
             raise ValueError(f"algo.gamma must be in (0, 1] and algo.lam in [0, 1], got {self.gamma}, {self.lam}")
         if self.clip <= 0 or self.learning_rate <= 0 or self.max_grad_norm <= 0:
             raise ValueError("algo.clip, algo.learning_rate and algo.max_grad_norm must be > 0")
+        if not (isinstance(self.bf16, bool) or self.bf16 == "auto"):
+            raise ValueError(f"algo.bf16 must be true, false or auto, got {self.bf16!r}")
         if not 0 < self.lr_min <= self.lr_max:
             raise ValueError(f"need 0 < algo.lr_min <= algo.lr_max, got {self.lr_min}, {self.lr_max}")
 
@@ -97,6 +105,7 @@ class PPO(OnPolicyAlgorithm):
                  device: torch.device | str = "cpu") -> None:
         self.cfg = cfg
         self.device = torch.device(device)
+        self.bf16 = resolve_bf16(cfg.bf16, self.device, "algo.bf16")  # what the update computes in
         self.policy = policy.to(self.device)
         self.critic = critic.to(self.device)
         self.params = [*self.policy.parameters(), *self.critic.parameters()]
@@ -186,10 +195,12 @@ class PPO(OnPolicyAlgorithm):
     def _step(self, batch: dict[str, Any]) -> dict[str, float]:
         cfg = self.cfg
         obs, adv, ret = batch["obs"], batch["advantages"], batch["returns"]
-        mean, std = self.policy.mean_std(obs)
+        with bf16_autocast(self.bf16, self.device):
+            mean, std = self.policy.mean_std(obs)
+            value = self.critic(obs)
+        mean, value, old_value = mean.float(), value.float(), batch["value"]
         log_prob = normal_log_prob(batch["action"], mean, std)
         entropy = normal_entropy(std).mean()
-        value, old_value = self.critic(obs), batch["value"]
         if cfg.normalize_value:  # the loss in σ units: targets and the collecting values normalised alike
             ret, old_value = self.return_norm(ret), self.return_norm(old_value)
 

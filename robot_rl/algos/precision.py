@@ -31,3 +31,18 @@ def check_bf16(enabled: bool, device: torch.device, option: str) -> None:
 def bf16_autocast(enabled: bool, device: torch.device) -> contextlib.AbstractContextManager:
     """The forward pass's context: bf16 autocast on ``device`` when enabled, else nothing."""
     return torch.autocast(device.type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+
+
+def resolve_bf16(setting: bool | str, device: torch.device, option: str) -> bool:
+    """Whether a learner computes in bf16: ``setting`` true (refused without native bf16, ``check_bf16``), false, or
+    ``"auto"``: where ``device`` computes bf16 natively, float32 elsewhere.
+
+    Raises:
+        ValueError: naming ``option``, for any other setting or a true one on hardware without native bf16.
+    """
+    if not (isinstance(setting, bool) or setting == "auto"):
+        raise ValueError(f"{option} must be true, false or auto, got {setting!r}")
+    if setting == "auto":
+        return native_bf16(device)
+    check_bf16(setting, device, option)
+    return setting
