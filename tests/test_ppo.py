@@ -183,6 +183,21 @@ def test_bf16_auto_follows_the_hardware_and_a_bad_setting_is_refused(monkeypatch
         PPOConfig(bf16=1)
 
 
+def test_ppo_config_takes_each_bound_and_refuses_past_it():
+    PPOConfig(num_epochs=1, num_minibatches=1, gamma=1.0, lam=0.0, lr_min=1e-3, lr_max=1e-3)
+    PPOConfig(gamma=1e-6, lam=1.0)
+    for bad, words in [({"num_epochs": 0}, "algo.num_epochs must be >= 1, got 0"),
+                       ({"num_minibatches": 0}, "algo.num_minibatches must be >= 1, got 0"),
+                       ({"gamma": 0.0}, "in \\(0, 1\\] and algo.lam in \\[0, 1\\], got 0.0, 0.95"),
+                       ({"gamma": 1.01}, "got 1.01, 0.95"), ({"lam": -0.01}, "got 0.99, -0.01"),
+                       ({"lam": 1.01}, "got 0.99, 1.01"), ({"clip": 0.0}, "algo.clip"),
+                       ({"learning_rate": 0.0}, "algo.learning_rate"), ({"max_grad_norm": 0.0}, "algo.max_grad_norm"),
+                       ({"lr_min": 0.0}, "need 0 < algo.lr_min <= algo.lr_max, got 0.0, 0.01"),
+                       ({"lr_min": 2e-2}, "got 0.02, 0.01"), ({"schedule": "cosine"}, "algo.schedule must be one of")]:
+        with pytest.raises(ValueError, match=words):
+            PPOConfig(**bad)
+
+
 def test_ppo_smoke_so101_reach(tmp_path):
     from sim.config import SimConfig
     from sim.registry import make_env, task_config
