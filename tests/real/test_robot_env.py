@@ -78,8 +78,9 @@ def test_robot_env_contract_on_so101_sim(tmp_path):
         applied = info[keys.ACTION_COL]
         # the first command after connect (torque-enable) stays within 1 deg; the next ones within 5 deg of present
         assert applied.shape == (1, 6) and float(applied[0, 0] - frame[keys.OBS_STATE][0, 0]) == pytest.approx(1.0, abs=1e-3)
-        assert torch.equal(info[keys.APPLIED_ACTION], applied) and int(info[keys.ACTOR][0]) == keys.ACTOR_HUMAN
-        assert reward.shape == (1,) and not bool(terminated[0]) and not bool(truncated[0]) and not info[REJECTED]
+        assert torch.equal(info[keys.APPLIED_ACTION], applied) and info[keys.ACTOR].tolist() == [keys.ACTOR_HUMAN]
+        assert reward.shape == terminated.shape == truncated.shape == (1,) and terminated.dtype == torch.bool
+        assert not bool(terminated[0]) and not bool(truncated[0]) and not info[REJECTED]
         _, _, _, _, info = env.step(target)
         assert float(info[keys.ACTION_COL][0, 0] - frame2[keys.OBS_STATE][0, 0]) == pytest.approx(5.0, abs=1e-3)
         _, _, _, truncated, _ = env.step(target)
@@ -119,6 +120,140 @@ def test_frame_of_an_earlier_read_and_the_default_clock(tmp_path):
         robot.disconnect()
     with pytest.raises(ValueError, match="fps must be > 0"):
         ControlClock(0.0)
+
+
+def _sim_env(tmp_path, **kw):
+    """so101_sim connected behind its filter, and a RobotEnv on it that does not sleep."""
+    from real.config_sim_robot import SO101SimRobotConfig
+    from real.sim_robot import SO101SimRobot
+
+    robot = SO101SimRobot(SO101SimRobotConfig(task="so101_pick", id="sim", calibration_dir=tmp_path))
+    safety = SafetyFilter(SafetyConfig(), limits_from_robot(robot, 2.0))
+    safe_connect(robot, safety)
+    return robot, safety, RobotEnv(robot, safety, clock=ControlClock(30, sleep=False), **kw)
+
+
+def test_a_given_task_names_every_frame_and_without_one_each_scene_names_its_own(tmp_path):
+    robot, safety, env = _sim_env(tmp_path, task="wave at the camera")
+    try:
+        frame, _ = env.reset(seed=1)
+        assert robot.instruction != "wave at the camera" and frame[keys.TASK] == ["wave at the camera"]
+        frame, *_ = env.step(frame[keys.OBS_STATE])
+        assert frame[keys.TASK] == ["wave at the camera"] and env.instructions == ["wave at the camera"]
+        own = RobotEnv(robot, safety, clock=ControlClock(30, sleep=False))
+        names = set()
+        for seed in range(2, 8):  # so101_pick names one of three cubes per scene
+            frame, _ = own.reset(seed=seed)
+            assert frame[keys.TASK] == [robot.instruction]
+            names.add(robot.instruction)
+        assert len(names) > 1
+    finally:
+        robot.disconnect()
+
+
+def test_capture_time_counts_from_the_episodes_first_read(tmp_path):
+    robot, _, env = _sim_env(tmp_path)
+    try:
+        frame, _ = env.reset()
+        first = env.present.copy(), env._obs.time
+        assert frame[keys.CAPTURE_TIME_COL].tolist() == [0.0]
+        for _ in range(3):
+            frame, *_ = env.step(frame[keys.OBS_STATE])
+        elapsed = env._obs.time - first[1]
+        assert 0 < elapsed < 5 and frame[keys.CAPTURE_TIME_COL].item() == pytest.approx(elapsed, abs=1e-6)
+        frame, _ = env.reset()  # a new episode counts from its own first read
+        assert frame[keys.CAPTURE_TIME_COL].tolist() == [0.0]
+    finally:
+        robot.disconnect()
+
+
+def test_degree_targets_of_any_batch_shape_become_robot_units_and_a_chunk_is_judged_at_its_own_horizon(tmp_path,
+                                                                                                     monkeypatch):
+    from real import features
+
+    robot, safety, env = _sim_env(tmp_path)
+    try:
+        frame, _ = env.reset()
+        deg = frame[keys.OBS_STATE][0] + torch.tensor([1.0, -1, 1, -1, 1, 2])
+        units = features.deg_to_robot(deg.double(), env.gripper)
+        assert torch.equal(env.to_robot_units(deg), units)  # [6] as [1, 6]
+        assert torch.equal(env.to_robot_units(deg[None])[0], units)
+        assert env.to_robot_units("not an action") == "not an action"  # the filter judges it
+        horizons = []
+        command = safety.command
+        monkeypatch.setattr(safety, "command", lambda *a, chunk_horizon=None: horizons.append(chunk_horizon) or
+                            command(*a, chunk_horizon=chunk_horizon))
+        chunk = frame[keys.OBS_STATE][:, None].repeat(1, 4, 1)  # [1, H = 4, 6]: H is not the action size
+        env.step(chunk)
+        env.step(chunk, horizon=4)
+        env.step(frame[keys.OBS_STATE])
+        assert horizons == [4, 4, None]
+    finally:
+        robot.disconnect()
+
+
+def test_a_failed_read_is_retried_as_configured_and_a_stale_tick_reports_the_last_command(tmp_path, monkeypatch):
+    """Every try of one tick's read fails: 1 + read_retries tries (the retries counted), the tick is stale, nothing is
+    sent, and its applied action is the command the servos still hold (the previous tick's)."""
+    from real.robot_env import STALE
+
+    robot, safety, env = _sim_env(tmp_path)
+    try:
+        frame, _ = env.reset()
+        target = frame[keys.OBS_STATE] + torch.tensor([[0.5, 0, 0, 0, 0, 0]])
+        _, _, _, _, info = env.step(target)
+        held = info[keys.APPLIED_ACTION].clone()
+        assert not info[STALE] and env.counters()["bus/retries"] == 0
+        get, tries, sends = robot.get_observation, [], []
+        monkeypatch.setattr(robot, "get_observation", lambda: tries.append(1) or (_ for _ in ()).throw(
+            ConnectionError("no status packet")))
+        _, _, _, _, info = env.step(target + 1.0)  # sends (the read before it was fresh), then its read fails
+        retries = safety.cfg.read_retries
+        assert retries >= 1 and len(tries) == 1 + retries and info[STALE]
+        assert env.counters()["bus/retries"] == retries and env.counters()["bus/read_failures"] == 1 + retries
+        sent_before_stale = info[keys.APPLIED_ACTION].clone()
+        assert not torch.equal(sent_before_stale, held)
+        send = robot.send_action
+        monkeypatch.setattr(robot, "send_action", lambda a: sends.append(a) or send(a))
+        fails = [ConnectionError("one lost packet")]  # the next tick's read fails once, then its retry answers
+        monkeypatch.setattr(robot, "get_observation", lambda: (_ for _ in ()).throw(fails.pop()) if fails else get())
+        _, _, _, _, info = env.step(target + 2.0)  # no fresh read before it: nothing sent, the last command holds
+        assert sends == [] and torch.equal(info[keys.APPLIED_ACTION], sent_before_stale) and not info[STALE]
+        assert env.counters()["bus/retries"] == retries + 1 and env.counters()["bus/read_failures"] == 2 + retries
+    finally:
+        robot.disconnect()
+
+
+def test_connect_turns_lerobots_read_retries_off_and_rearms_the_first_tick_cap(tmp_path):
+    """On LeRobot's follower: its own read retries are off (the env retries and counts, A7); every connect, a
+    reconnect too, caps the next command at first_tick_tol from where the arm is (A3)."""
+    robot, bus, safety = arm(tmp_path)
+    try:
+        assert robot.config.num_read_retries == 0
+        present = np.array([float(robot.get_observation()[n]) for n in safety.names])
+        far = present + 20 * safety.limits.units_per_deg
+        first = safety.command(far, present)
+        assert np.all(np.abs(first.values - present) <= safety.first_cap + 1e-9)
+        second = safety.command(far, present)
+        assert np.any(np.abs(second.values - present) > safety.first_cap + 1e-6)  # the normal cap after it
+        bus.disconnect(disable_torque=False)
+        safe_connect(robot, safety)
+        again = safety.command(far, present)
+        assert np.all(np.abs(again.values - present) <= safety.first_cap + 1e-9)
+    finally:
+        bus.disconnect(disable_torque=False)
+    sim, sim_safety, env = _sim_env(tmp_path / "sim")  # a robot without a motor bus (so101_sim): the same on reconnect
+    try:
+        env.reset()
+        present = env.present.copy()
+        far = present + 20 * sim_safety.limits.units_per_deg
+        sim_safety.command(far, present)
+        assert np.any(np.abs(sim_safety.command(far, present).values - present) > sim_safety.first_cap + 1e-6)
+        sim.disconnect()
+        safe_connect(sim, sim_safety)
+        assert np.all(np.abs(sim_safety.command(far, present).values - present) <= sim_safety.first_cap + 1e-9)
+    finally:
+        sim.disconnect()
 
 
 def test_control_clock_paces_at_30hz_and_counts_missed_deadlines(monkeypatch):
