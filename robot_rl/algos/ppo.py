@@ -195,10 +195,10 @@ class PPO(OnPolicyAlgorithm):
     def _step(self, batch: dict[str, Any]) -> dict[str, float]:
         cfg = self.cfg
         obs, adv, ret = batch["obs"], batch["advantages"], batch["returns"]
-        with bf16_autocast(self.bf16, self.device):
+        with bf16_autocast(self.bf16, self.device):  # the output layers (OutputLinear) give float32 either way
             mean, std = self.policy.mean_std(obs)
             value = self.critic(obs)
-        mean, value, old_value = mean.float(), value.float(), batch["value"]
+        old_value = batch["value"]
         log_prob = normal_log_prob(batch["action"], mean, std)
         entropy = normal_entropy(std).mean()
         if cfg.normalize_value:  # the loss in σ units: targets and the collecting values normalised alike
