@@ -212,6 +212,43 @@ def test_discarded_steps_leave_no_trace_and_bad_images_are_refused(tmp_path):
     assert [float(x[keys.OBS_STATE][0]) for x in rows] == [5.0, 6.0]
 
 
+@pytest.mark.parametrize("lost", [2.0, 0.6, 0.4])
+def test_an_episode_whose_video_came_out_short_is_not_committed(tmp_path, monkeypatch, lost):
+    """The commit checks each camera's video against the episode's frame count; an encoder that wrote fewer frames
+    (by more than half a frame: timestamps round) fails the episode, named with both counts, and rolls the folder
+    back to the episodes before it."""
+    spec = DatasetSpec(30, so101.LEROBOT_STATE_NAMES, {"front": (8, 8)})
+    root = tmp_path / "d"
+    commit = EpisodeRecorder._commit
+
+    def episode(r, value: float, length: int) -> None:
+        for t in range(length):
+            state = torch.full((1, 6), value + t)
+            r.add({keys.OBS_STATE: state, keys.lerobot_image_key("front"): torch.zeros(1, 3, 8, 8, dtype=torch.uint8),
+                   keys.TASK: ["reach"]}, state, torch.zeros(1), torch.tensor([False]), torch.tensor([t == length - 1]))
+
+    def frames_lost(self, env, length):  # what LeRobot's metadata says when the encoder dropped two frames
+        ep = dict(self.ds.meta.latest_episode)
+        key = f"videos/{keys.lerobot_image_key('front')}/to_timestamp"
+        ep[key] = [ep[key][0] - lost / self.spec.fps]
+        self.ds.meta.latest_episode = ep
+        return commit(self, env, length)
+
+    with EpisodeRecorder(RecorderConfig(root=str(root)), spec, 1, 8) as r:
+        episode(r, 0.0, 3)
+        monkeypatch.setattr(EpisodeRecorder, "_commit", frames_lost)
+        if lost < 0.5:
+            episode(r, 10.0, 5)
+        else:
+            with pytest.raises(RuntimeError, match=f"episode 1: the observation.images.front video holds {5 - lost}"
+                                                   " frames, the episode 5"):
+                episode(r, 10.0, 5)
+    ds = _open(root)
+    kept = 2 if lost < 0.5 else 1
+    assert ds.num_episodes == kept and read_commit(root)["total_episodes"] == kept and len(ds) == 3 + 5 * (kept - 1)
+    assert [float(x[keys.OBS_STATE][0]) for x in _episode_rows(ds, 0)] == [0.0, 1.0, 2.0]
+
+
 @pytest.mark.parametrize("kw", [{"crf": -1}, {"gop": 0}])
 def test_recorder_config_refuses_a_negative_crf_or_no_keyframes(kw):
     with pytest.raises(ValueError, match="dataset.crf must be >= 0 and dataset.gop >= 1"):
