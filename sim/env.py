@@ -63,7 +63,7 @@ class MujocoFamilyEnv(VecEnv):
         self.latency = torch.zeros(n, dtype=torch.long, device=dev)
         self._ctrl_hist = torch.zeros(self.dr.max_latency + 1, n, nu, dtype=physics.state.ctrl.dtype, device=dev)
         # On the CPU the end of the step (faults, terminations, episode sums) is one compiled pass; its torch
-        # reference runs on a GPU (sim/step_bookkeeping.py)
+        # reference runs on a GPU (sim/step_bookkeeping.py).
         self.fused_bookkeeping = self.device.type == "cpu"
         self._terminate_on_success = bool(getattr(task.cfg, "terminate_on_success", True))
 

@@ -20,7 +20,7 @@ from robot_rl import returns
 from robot_rl.algos.base import OnPolicyAlgorithm
 from robot_rl.algos.guard import NonFiniteGuard
 from robot_rl.algos.optim import adam
-from robot_rl.algos.precision import bf16_autocast, resolve_bf16
+from robot_rl.algos.precision import bf16_autocast, check_bf16_setting, resolve_bf16
 from robot_rl.buffers.rollout import RolloutBuffer
 from robot_rl.models.critics import MLPCritic
 
@@ -75,8 +75,7 @@ class PPOConfig:
             raise ValueError(f"algo.gamma must be in (0, 1] and algo.lam in [0, 1], got {self.gamma}, {self.lam}")
         if self.clip <= 0 or self.learning_rate <= 0 or self.max_grad_norm <= 0:
             raise ValueError("algo.clip, algo.learning_rate and algo.max_grad_norm must be > 0")
-        if not (isinstance(self.bf16, bool) or self.bf16 == "auto"):
-            raise ValueError(f"algo.bf16 must be true, false or auto, got {self.bf16!r}")
+        check_bf16_setting(self.bf16, "algo.bf16")
         if not 0 < self.lr_min <= self.lr_max:
             raise ValueError(f"need 0 < algo.lr_min <= algo.lr_max, got {self.lr_min}, {self.lr_max}")
 

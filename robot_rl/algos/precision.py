@@ -33,6 +33,16 @@ def bf16_autocast(enabled: bool, device: torch.device) -> contextlib.AbstractCon
     return torch.autocast(device.type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
 
 
+def check_bf16_setting(setting: object, option: str) -> None:
+    """Refuse a bf16 setting other than true, false or "auto" (a config's check, before any device is known).
+
+    Raises:
+        ValueError: naming ``option`` and the setting.
+    """
+    if not (isinstance(setting, bool) or setting == "auto"):
+        raise ValueError(f"{option} must be true, false or auto, got {setting!r}")
+
+
 def resolve_bf16(setting: bool | str, device: torch.device, option: str) -> bool:
     """Whether a learner computes in bf16: ``setting`` true (refused without native bf16, ``check_bf16``), false, or
     ``"auto"``: where ``device`` computes bf16 natively, float32 elsewhere.
@@ -40,8 +50,7 @@ def resolve_bf16(setting: bool | str, device: torch.device, option: str) -> bool
     Raises:
         ValueError: naming ``option``, for any other setting or a true one on hardware without native bf16.
     """
-    if not (isinstance(setting, bool) or setting == "auto"):
-        raise ValueError(f"{option} must be true, false or auto, got {setting!r}")
+    check_bf16_setting(setting, option)
     if setting == "auto":
         return native_bf16(device)
     check_bf16(setting, device, option)
