@@ -129,6 +129,109 @@ def test_adaptive_lr_moves_within_bounds():
     assert algo.learning_rate == pytest.approx(2e-4)
 
 
+def test_minibatches_are_one_shuffled_pass_with_every_field_on_the_same_rows():
+    """Each pass draws one permutation from torch's generator; minibatch i holds rows perm[i·B:(i+1)·B] of every
+    field (the remainder past num_minibatches·B left out), so no sample repeats within a pass."""
+    t, n, size = 3, 5, 3  # 15 samples, 4 minibatches of 3
+    buf = RolloutBuffer(t, n, {"policy": (2,), "critic": (1,)}, 1, "cpu", extras={"value": ()})
+    rows = torch.arange(t * n, dtype=torch.float32).view(t, n)
+    for i in range(t):
+        buf.add({"policy": rows[i, :, None].repeat(1, 2), "critic": -rows[i, :, None]}, 10 * rows[i, :, None],
+                rows[i], torch.zeros(n, dtype=torch.bool), {"value": 100 * rows[i]})
+    buf.advantages.copy_(rows + 0.5)
+    buf.returns.copy_(rows + 0.25)
+    torch.manual_seed(7)
+    perm = torch.randperm(t * n)
+    torch.manual_seed(7)
+    batches = list(buf.minibatches(4))
+    assert len(batches) == 4
+    for i, b in enumerate(batches):
+        want = perm[i * size:(i + 1) * size].float()
+        assert torch.equal(b["obs"]["policy"], want[:, None].repeat(1, 2))
+        assert torch.equal(b["obs"]["critic"], -want[:, None])
+        assert torch.equal(b["action"], 10 * want[:, None])
+        assert torch.equal(b["value"], 100 * want)
+        assert torch.equal(b["advantages"], want + 0.5) and torch.equal(b["returns"], want + 0.25)
+    seen = torch.cat([b["advantages"] for b in batches]) - 0.5
+    assert len(set(seen.tolist())) == 12
+    assert len(list(buf.minibatches(t * n))) == t * n  # one sample each: the most there can be
+    for bad in (0, t * n + 1):
+        with pytest.raises(ValueError, match=r"num_minibatches must be in \[1, 15\]"):
+            next(buf.minibatches(bad))
+
+
+def _rollout_losses(algo, buf, adv, clipped_value):
+    """PPO's statistics over the whole rollout at ``algo``'s weights, written out here (adv: normalised)."""
+    obs = {k: v.flatten(0, 1) for k, v in buf.obs.items()}
+    mean, std = algo.policy.mean_std(obs)
+    dist = torch.distributions.Normal(mean, std)
+    ratio = torch.exp(dist.log_prob(buf.action.flatten(0, 1)).sum(-1) - buf.extras["log_prob"].flatten())
+    surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(0.8, 1.2)).mean()
+    value, old, ret = algo.critic(obs), buf.extras["value"].flatten(), buf.returns.flatten()
+    value_loss = (value - ret) ** 2
+    if clipped_value:  # rsl_rl's: the worse of the moved value and the value moved by at most 0.2 from the old one
+        value_loss = torch.max(value_loss, (old + (value - old).clamp(-0.2, 0.2) - ret) ** 2)
+    value_loss = value_loss.mean()
+    entropy = dist.entropy().sum(-1).mean()
+    algo.optimizer.zero_grad()
+    (surrogate + value_loss - 0.05 * entropy).backward()
+    grads = [p.grad for p in [*algo.policy.parameters(), *algo.critic.parameters()]]
+    return {"loss/surrogate": surrogate.item(), "loss/value": value_loss.item(), "loss/entropy": entropy.item(),
+            "kl": gaussian_kl(buf.extras["mean"].flatten(0, 1), buf.extras["std"].flatten(0, 1), mean, std).mean().item(),
+            "grad_norm": torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item(),
+            "clip_fraction": ((ratio - 1).abs() > 0.2).float().mean().item()}
+
+
+@pytest.mark.parametrize("clipped_value", [False, True])
+def test_update_reports_the_mean_losses_of_its_minibatches(clipped_value):
+    """Two epochs of one minibatch each: the statistics returned are the means over the two steps of the losses, KL,
+    clip fraction and pre-clip gradient norm, each at the weights before its step (recomputed here from copies)."""
+    torch.manual_seed(0)
+    env = PointMassEnv(num_envs=16)
+    kw = {"num_minibatches": 1, "use_clipped_value_loss": clipped_value, "entropy_coef": 0.05, "schedule": "fixed",
+          "learning_rate": 3e-2}
+    algo = make_ppo(env, num_epochs=2, **kw)
+    buf = _filled_buffer(env, algo)
+    adv = buf.advantages.flatten()
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    first = _rollout_losses(copy.deepcopy(algo), buf, adv, clipped_value)
+    one_step = copy.deepcopy(algo)
+    one_step.cfg = PPOConfig(num_epochs=1, **kw)
+    one_step.update(copy.deepcopy(buf))
+    second = _rollout_losses(one_step, buf, adv, clipped_value)
+    stats = algo.update(buf)
+    for k in first:
+        assert stats[k] == pytest.approx((first[k] + second[k]) / 2, rel=1e-4, abs=1e-6), k
+    assert first["kl"] == 0.0 and second["kl"] > 1e-4 and second["clip_fraction"] > 0.0  # the first step moved it
+
+
+def test_adaptive_lr_follows_the_kl_bands_at_their_edges():
+    """rsl_rl's rule on each minibatch's KL before its step: lr ÷ 1.5 when KL > 2·target, × 1.5 when 0 < KL <
+    target / 2, else unchanged; the edges themselves leave it. Two epochs of one minibatch: the first step's KL is
+    0 (the collecting weights), the second's, k, is read from a probe run."""
+    torch.manual_seed(0)
+    env = PointMassEnv(num_envs=16)
+    algo = make_ppo(env, num_epochs=2, num_minibatches=1, schedule="fixed", learning_rate=1e-2)
+    buf = _filled_buffer(env, algo)
+
+    def final_lr(schedule, desired_kl):
+        twin, kls = copy.deepcopy(algo), []
+        twin.cfg = PPOConfig(num_epochs=2, num_minibatches=1, schedule=schedule, desired_kl=desired_kl,
+                             learning_rate=1e-2, lr_max=1.0)
+        step = twin._step
+        twin._step = lambda batch: kls.append(step(batch)["kl"]) or {}
+        torch.manual_seed(3)
+        twin.update(copy.deepcopy(buf))
+        return twin.learning_rate, kls
+
+    _, (k0, k) = final_lr("fixed", 1.0)
+    assert k0 == 0.0 and k > 0.0
+    cases = [(k / 2, 1e-2), (k / 2 * 0.99, 1e-2 / 1.5), (2 * k, 1e-2), (2 * k * 1.01, 1e-2 * 1.5)]
+    for desired, want in cases:
+        assert final_lr("adaptive", desired)[0] == pytest.approx(want, rel=1e-12), desired
+    assert final_lr("fixed", k / 4)[0] == 1e-2
+
+
 def _update_copy(algo, buf, bf16):
     """A deep copy of ``algo`` (weights, optimizer) set to ``bf16``, after one update on a copy of ``buf`` (the same
     minibatches each time: they are drawn from torch's generator)."""

@@ -32,7 +32,12 @@ class NonFiniteGuard:
 
     def check(self, *values: torch.Tensor) -> bool:
         """True if every value is finite; otherwise count a skip (and raise past the limit)."""
-        if bool(torch.stack([torch.isfinite(v).all() for v in values]).all()):  # one host sync for all
+        return self.record(bool(torch.stack([torch.isfinite(v).all() for v in values]).all()))  # one host sync
+
+    def record(self, finite: bool) -> bool:
+        """``check`` for a caller that has read its values already: ``finite`` passes through; False counts a skip
+        (and raises past the limit)."""
+        if finite:
             self.consecutive = 0
             return True
         self.skipped += 1

@@ -90,12 +90,14 @@ class RolloutBuffer:
         if not 1 <= num_minibatches <= total:
             raise ValueError(f"num_minibatches must be in [1, {total}], got {num_minibatches}")
         size = total // num_minibatches
-        perm = torch.randperm(total, device=self.device)
+        perm = torch.randperm(total, device=self.device)[:size * num_minibatches]
+        # One gather per field and pass, then the minibatches are slices of it (the same rows as indexing each
+        # minibatch by its part of the permutation, with a quarter of the ops at 4 minibatches).
         fields = {"action": self.action, "advantages": self.advantages, "returns": self.returns, **self.extras}
-        flat = {k: v.flatten(0, 1) for k, v in fields.items()}
-        flat_obs = {k: v.flatten(0, 1) for k, v in self.obs.items()}
+        shuffled = {k: v.flatten(0, 1)[perm] for k, v in fields.items()}
+        shuffled_obs = {k: v.flatten(0, 1)[perm] for k, v in self.obs.items()}
         for i in range(num_minibatches):
-            idx = perm[i * size:(i + 1) * size]
-            batch: dict[str, torch.Tensor | dict[str, torch.Tensor]] = {k: v[idx] for k, v in flat.items()}
-            batch["obs"] = {k: v[idx] for k, v in flat_obs.items()}
+            rows = slice(i * size, (i + 1) * size)
+            batch: dict[str, torch.Tensor | dict[str, torch.Tensor]] = {k: v[rows] for k, v in shuffled.items()}
+            batch["obs"] = {k: v[rows] for k, v in shuffled_obs.items()}
             yield batch
