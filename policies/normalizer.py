@@ -42,16 +42,6 @@ class EmpiricalNormalizer(nn.Module):
         if not self.training:
             return
         x = x.reshape(-1, *self.mean.shape)
-        if _compiled_merge_applies(x, self.mean):
-            from policies.normalizer_kernels import merge_batch
-
-            merge_batch(x.detach().reshape(x.shape[0], -1).contiguous().numpy(), self.mean.view(-1).numpy(),
-                        self.var.view(-1).numpy(), self.count.view(1).numpy())
-        else:
-            self._merge(x)
-
-    def _merge(self, x: torch.Tensor) -> None:
-        """The reference merge in torch ops (any device or dtype), of a batch [B, *shape]."""
         finite = torch.isfinite(x.reshape(x.shape[0], -1)).all(dim=1)
         if not bool(finite.all()):  # boolean indexing costs more than the statistics: only when a row is bad
             x = x[finite]
@@ -66,8 +56,3 @@ class EmpiricalNormalizer(nn.Module):
         self.mean += delta * (n_b / total)
         self.var.copy_((self.var * n + var_b * n_b + delta**2 * (n * n_b / total)) / total)
         self.count += n_b
-
-
-def _compiled_merge_applies(x: torch.Tensor, mean: torch.Tensor) -> bool:
-    """The compiled merge (policies.normalizer_kernels) takes float32 CPU batches; anything else runs the torch ops."""
-    return x.device.type == "cpu" and x.dtype == torch.float32 and mean.dtype == torch.float32 and x.shape[0] > 0
