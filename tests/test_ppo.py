@@ -219,7 +219,13 @@ def test_adaptive_lr_follows_the_kl_bands_at_their_edges():
         twin.cfg = PPOConfig(num_epochs=2, num_minibatches=1, schedule=schedule, desired_kl=desired_kl,
                              learning_rate=1e-2, lr_max=1.0)
         step = twin._step
-        twin._step = lambda batch: kls.append(step(batch)["kl"]) or {}
+
+        def recording_step(batch):
+            stats = step(batch)
+            kls.append(stats["kl"])
+            return stats
+
+        twin._step = recording_step
         torch.manual_seed(3)
         twin.update(copy.deepcopy(buf))
         return twin.learning_rate, kls
