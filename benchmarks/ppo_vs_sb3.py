@@ -89,8 +89,13 @@ def run_ours(task: str, seed: int, budget_min: float, keep: Path | None = None) 
         print(f"{task} ours seed {seed}: reading the finished run {run_dir}", flush=True)
     else:
         shutil.rmtree(run_dir, ignore_errors=True)
-        train(cfg)
-    pts = read_curve(run_dir)
+    try:
+        if not reused:
+            train(cfg)
+        pts = read_curve(run_dir)
+    finally:
+        if keep is None:  # a throwaway run folder (checkpoints, curve): ~1.5 MB per reach run
+            shutil.rmtree(run_dir, ignore_errors=True)
     curve = [(p["wall_s"], p["env_steps"], p["success_rate"], p["sim_s"]) for p in pts
              if p["success_rate"] is not None]
     return {**_summary(curve, budget_min), **({"reused_run": str(run_dir)} if reused else {})}
