@@ -20,8 +20,11 @@ from policies import keys
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
+# A loaded 2-core CI machine renders the scene slower than a real arm's loop, and late in a full `make test` process
+# one tick stalled 1,152 ms (2026-12-07, a fresh clone; the test passes alone in ~4 s): these tests are about what the
+# session does, the watchdog's own deadline is tested in test_safety.py.
 SIM = ["robot=so101_sim", "robot.task=so101_pick", "robot.image_height=32", "robot.image_width=32",
-       "safety.watchdog_s=1.0"]  # a loaded 2-core CI machine renders the scene slower than a real arm's loop
+       "safety.watchdog_s=3.0"]
 
 
 def vla(folder: Path) -> Path:

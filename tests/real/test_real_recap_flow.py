@@ -14,8 +14,9 @@ from tests.test_lerobot_loader import tree_hash
 from tests.test_offline_cli import TINY
 from tests.test_recap_cli import TINY_VALUE
 
+# watchdog at 3 s: a late tick in a full `make test` process (tests/real/test_deploy_cli.py says why)
 SIM = ["robot=so101_sim", "robot.task=so101_lift", "robot.image_height=32", "robot.image_width=32",
-       "safety.watchdog_s=1.0", "realtime=false", "stop_on_success=false", "episode_s=1"]
+       "safety.watchdog_s=3.0", "realtime=false", "stop_on_success=false", "episode_s=1"]
 
 
 def test_record_bc_deploy_with_takeovers_then_recap_on_the_mix(tmp_path):

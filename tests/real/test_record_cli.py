@@ -21,8 +21,9 @@ from policies import keys
 ROOT = Path(__file__).resolve().parents[2]
 CAMERAS = ("front", "wrist")
 SIZE = 48
+# watchdog at 3 s: a late tick in a full `make test` process (tests/real/test_deploy_cli.py says why)
 REC = ["record", "robot=so101_sim", "robot.task=so101_lift", f"robot.image_height={SIZE}",
-       f"robot.image_width={SIZE}", "teleop=so101_sim_leader", "safety.watchdog_s=1.0"]
+       f"robot.image_width={SIZE}", "teleop=so101_sim_leader", "safety.watchdog_s=3.0"]
 
 # C2: a separate process opens every parquet (footer present) and decodes each video's last frame
 CHECKER = r"""
@@ -76,7 +77,7 @@ def session(tmp_path_factory):
                                               image_height=SIZE, image_width=SIZE, seed=3))
     leader = SO101SimLeader(SO101SimLeaderConfig(id="leader", calibration_dir=tmp, robot_id="record_cli_sim"))
     leader.connect()
-    cfg = SafetyConfig(watchdog_s=1.0)
+    cfg = SafetyConfig(watchdog_s=3.0)
     safety = SafetyFilter(cfg, limits_from_robot(robot, cfg.margin_deg))
     safe_connect(robot, safety)
     tapped: list[dict] = []
