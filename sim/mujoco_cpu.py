@@ -29,6 +29,7 @@ import itertools
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable
 
 import mujoco
@@ -109,7 +110,9 @@ class _SliceWorker:
     def _loop(self) -> None:
         while True:
             self._go.acquire()
-            job = self._job
+            # The job is held no longer than it runs (here and in self._job): its closure holds the backend, which
+            # would otherwise never be collected while this thread waits.
+            job, self._job = self._job, None
             if job is None:  # close()
                 self._done.release()
                 return
@@ -117,6 +120,7 @@ class _SliceWorker:
                 job()
             except BaseException as e:  # noqa: BLE001 (handed to the caller by wait())
                 self._error = e
+            del job
             self._done.release()
 
     def start(self, job: Callable[[], None]) -> None:
@@ -136,6 +140,14 @@ class _SliceWorker:
         self._go.release()
         self._done.acquire()
         self._thread.join()
+
+
+def _release(workers: list[_SliceWorker], rollouts: list[mujoco.rollout.Rollout]) -> None:
+    """Join the worker threads and close the rollouts of a backend (its close(), or its collection)."""
+    for w in workers:
+        w.close()
+    for r in rollouts:
+        r.close()
 
 
 def _component_slices(model: mujoco.MjModel, spec: int, parts: list[int]) -> dict[int, slice]:
@@ -193,6 +205,10 @@ class MujocoPhysics(Physics):
             self._models = [model] * num_envs
         self._rollouts = [mujoco.rollout.Rollout(nthread=0) for _ in self._slices]
         self._workers = [_SliceWorker(f"mujoco_step_{i}") for i in range(1, k)]
+        # An env dropped without close() (a notebook, a sweep in one process, a build that failed after make_env)
+        # stops its worker threads when it is collected, instead of leaving one idle thread per slice behind (81 had
+        # piled up by the end of one `make test` process).
+        self._release = weakref.finalize(self, _release, self._workers, self._rollouts)
         self._out_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._tiles = TiledRenderer(model, num_envs * max(1, model.ncam))
 
@@ -323,9 +339,5 @@ class MujocoPhysics(Physics):
 
     def close(self) -> None:
         self._tiles.close()
-        for w in self._workers:
-            w.close()
-        self._workers = []
-        for r in self._rollouts:
-            r.close()
-        self._rollouts = []
+        self._release()  # once: a second close() (or the collection after it) does nothing
+        self._workers, self._rollouts = [], []

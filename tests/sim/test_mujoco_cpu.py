@@ -61,6 +61,24 @@ def test_close_joins_the_worker_threads():
     assert workers() == before
 
 
+def test_an_env_dropped_without_close_stops_its_worker_threads():
+    import gc
+    import threading
+
+    def workers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("mujoco_step")]
+
+    before = set(workers())
+    env = make_env("so101_reach", SimConfig(num_envs=6, num_threads=3))
+    env.reset(seed=0)
+    env.step(torch.zeros(6, env.action_dim))
+    started = set(workers()) - before
+    assert len(started) == 2
+    del env
+    gc.collect()
+    assert not any(t.is_alive() for t in started)
+
+
 def test_an_error_in_a_worker_reaches_the_caller_after_every_slice_returned():
     """A worker's exception is raised by ``step`` on the calling thread, only once every other slice has returned
     (nothing may still write into the output arrays), and the next step runs normally."""
