@@ -87,10 +87,9 @@ def run_ours(task: str, seed: int, budget_min: float, keep: Path | None = None) 
     reused = keep is not None and _finished_run(run_dir, OmegaConf.to_container(cfg), budget_min)
     if reused:
         print(f"{task} ours seed {seed}: reading the finished run {run_dir}", flush=True)
-    else:
-        shutil.rmtree(run_dir, ignore_errors=True)
     try:
         if not reused:
+            shutil.rmtree(run_dir, ignore_errors=True)
             train(cfg)
         pts = read_curve(run_dir)
     finally:
