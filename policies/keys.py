@@ -50,6 +50,9 @@ OBS_IMAGES = "observation.images."  # + camera name, e.g. "observation.images.fr
 TASK = "task"
 ACTION_COL = "action"
 ACTION_IS_PAD = "action_is_pad"  # bool: the chunk's step lies past the episode's end (LeRobot's name)
+# float32 [N, L, 6]: OBS_STATE as it was l = lags[0..L-1] frames earlier (the episode's first frame where it is
+# younger): how the joints move, which one frame's positions cannot show (the value model's ``state_lags``)
+OBS_STATE_LAGS = "observation.state_lags"
 # Outcome and correction columns (LeRobot's names, so our datasets and LeRobot's mix).
 SUCCESS_COL = "next.success"  # bool [1]: the task is solved at this frame (what lerobot-eval writes)
 REWARD_COL = "next.reward"  # float32 [1]

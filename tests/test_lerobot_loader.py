@@ -163,6 +163,47 @@ def test_history_repeats_the_first_frame_at_episode_starts(dataset):
     assert not torch.equal(img[0, 0], front[start, 2])  # (shifted: the seed's first shift is not (0, 0))
 
 
+def test_state_lags_are_the_joints_frames_back_clamped_at_episode_starts(dataset):
+    s = sampler(dataset, augment=False)
+    start = LENGTHS[0]  # episode 1 starts at row 12
+    rows = torch.tensor([0, start, start + 1, start + 2, start + 7, start + LENGTHS[1] - 1])
+    lags = s.state_lags(rows, [1, 2, 5])
+    assert lags.shape == (6, 3, 6) and lags.dtype == torch.float32
+    want = [(0, [0, 0, 0]), (1, [0, 0, 0]), (1, [0, 0, 0]), (1, [1, 0, 0]), (1, [6, 5, 2]), (1, [18, 17, 14])]
+    for r, (e, frames) in enumerate(want):
+        assert np.array_equal(lags[r].numpy(), np.stack([state_value(e, i) for i in frames])), r
+    for bad in ([], [0], [2, -1]):
+        with pytest.raises(ValueError, match="frames back, each >= 1"):
+            s.state_lags(rows, bad)
+
+
+def test_live_state_lags_match_a_datasets(dataset):
+    """StateLags fed an env's readings step by step (reset at each episode's start) gives each frame the lagged
+    joints the sampler gives the same frame of the dataset: a value model sees the same input live as in training."""
+    from robot_rl.models.state_lags import StateLags
+
+    s = sampler(dataset, augment=False)
+    lags = [1, 3, 13]
+    state = s.columns()[keys.OBS_STATE]
+    ep = s.columns()["episode_index"]
+    # two envs replay episodes 1 and 2 side by side; env 0 then goes on to episode 0 (12 frames) after its end
+    live = StateLags(lags, 2)
+    order = [list(range(12, 32)) + list(range(12)), list(range(32, 47)) + [46] * 17]
+    live.reset()
+    for t in range(32):
+        rows = torch.tensor([order[0][t], order[1][t]])
+        if t == 20:
+            live.reset(torch.tensor([0]))  # env 0's episode 0 starts
+        got = live(state[rows])
+        if t < 15:  # env 1 still in episode 2
+            torch.testing.assert_close(got, s.state_lags(rows, lags), rtol=0, atol=0)
+        else:
+            torch.testing.assert_close(got[:1], s.state_lags(rows[:1], lags), rtol=0, atol=0)
+        assert int(ep[rows[0]]) == (1 if t < 20 else 0)
+    with pytest.raises(ValueError, match="frames back"):
+        StateLags([0, 2], 2)
+
+
 def test_images_decode_to_the_written_frames(dataset):
     s = sampler(dataset, augment=False)
     assert s.video_backend == "pyav"  # torchcodec cannot load without the system FFmpeg here; PyAV is preferred

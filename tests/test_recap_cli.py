@@ -207,6 +207,26 @@ def test_relabelling_with_another_n_step_reuses_the_value_model(dataset, tmp_pat
     assert not np.allclose(a.advantage, b.advantage)
 
 
+def test_a_value_model_with_state_lags_labels_each_frame_with_its_joints_frames_back(dataset, tmp_path):
+    """algo.value.model.state_lags: the value model is fitted and labels with the joints L frames back (clamped at
+    each episode's start), read from the dataset as ChunkSampler.state_lags gives them."""
+    from robot_rl.algos.recap import load_value_model
+    from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler
+
+    run = tmp_path / "lags"
+    assert _offline("recap", dataset, run, "steps=1", "algo.value.model.state_lags=[1,3]") == 0
+    model, _ = load_value_model(run / "value")
+    assert model.cfg.state_lags == [1, 3]
+    labels, _ = read_sidecar(run / "labels")
+    s = ChunkSampler(ChunkDatasetConfig(root=str(dataset), horizon=1, augment=False, progress=False, batch_size=1))
+    rows = torch.arange(s.num_frames)
+    frame = {**s.batch(rows), keys.OBS_STATE_LAGS: s.state_lags(rows, [1, 3])}
+    with torch.no_grad():
+        np.testing.assert_allclose(labels.value, model.value(frame).numpy(), rtol=0, atol=1e-6)
+        still = frame[keys.OBS_STATE][:, None].repeat(1, 2, 1)  # the same frames as if the joints had not moved
+        assert not np.allclose(labels.value, model.value({**frame, keys.OBS_STATE_LAGS: still}).numpy(), atol=1e-6)
+
+
 def test_a_pretrained_value_model_labels_another_dataset_without_training(dataset, tmp_path, capsys, monkeypatch):
     """algo.value.pretrained: a value model fitted on one dataset labels another (same cameras, tasks and M): no
     value training, the model copied into the run as it was (read from disk once per run), both datasets
@@ -349,7 +369,7 @@ def test_the_improvement_loop_runs_records_interventions_and_resumes(tmp_path, c
                  "task.episode_length=30", "progress=false", "task.image_width=32", "task.image_height=32"]) == 0
     before = tree_hash(source)
     run = tmp_path / "loop"
-    offline = [*TINY, *TINY_VALUE]
+    offline = [*TINY, *TINY_VALUE, "algo.value.model.state_lags=[1,2]"]  # the watcher feeds the joints' lags live
     args = ["recap", "task=so101_lift", "rounds=1", f"run_dir={run}", f"init_dataset={source}",
             "episodes_per_round=2", "task.episode_length=30", "task.image_width=32", "task.image_height=32",
             "sim.num_envs=2", "steps=3", "eval_episodes=2", "eval_envs=2", "intervene_after=2",

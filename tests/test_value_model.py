@@ -180,3 +180,34 @@ def test_the_loss_is_the_cross_entropy_to_the_target_distribution_by_hand():
     torch.testing.assert_close(ce, want)
     assert stats["loss/value_ce"] == pytest.approx(float(want.detach()), rel=1e-6)
     assert stats["value/mae"] == pytest.approx(float((model.value(frames) - target).abs().mean()), rel=1e-5)
+
+
+def test_state_lags_are_read_normalised_beside_the_state():
+    """With state_lags the head also reads the joints L frames back, normalised as the state: the model equals the
+    same weights with identity statistics on normalised inputs, a frame without them (or of another shape) is refused
+    naming the key, and a model without lags ignores the key."""
+    cfg = dataclasses.replace(_tiny().cfg, state_lags=[2, 5])
+    mean, std = torch.arange(6.0), torch.full((6,), 4.0)
+    model = ValueModel.from_stats({keys.OBS_STATE: {"mean": mean, "std": std}}, ["lift the cube", "push the cube"],
+                                  cfg).eval()
+    assert model.head[0].in_features == 16 + 8 + 6 * 3
+    frames = _frames(4)
+    lags = torch.randn(4, 2, 6, generator=torch.Generator().manual_seed(1)) * 10
+    with_lags = {**frames, keys.OBS_STATE_LAGS: lags}
+    plain = ValueModel(model.cfg).eval()
+    plain.load_state_dict({**model.state_dict(), "state_mean": torch.zeros(6), "state_std": torch.ones(6)})
+    normalised = {**frames, keys.OBS_STATE: (frames[keys.OBS_STATE] - mean) / std,
+                  keys.OBS_STATE_LAGS: (lags - mean) / std}
+    torch.testing.assert_close(model(with_lags), plain(normalised))
+    assert not torch.allclose(model(with_lags), model({**with_lags, keys.OBS_STATE_LAGS: lags.flip(1)}))
+    with pytest.raises(ValueError, match=r"reads 'observation.state_lags' \(the joints \[2, 5\] frames back"):
+        model(frames)
+    for shape in ((4, 1, 6), (4, 2, 5), (3, 2, 6)):
+        with pytest.raises(ValueError, match=r"observation.state_lags has shape .*reads \[B, 2, 6\]"):
+            model({**frames, keys.OBS_STATE_LAGS: torch.zeros(shape)})
+    lagless = _tiny().eval()
+    torch.testing.assert_close(lagless({**frames, keys.OBS_STATE_LAGS: lags}), lagless(frames))
+    ValueConfig(state_lags=[1])
+    for bad in ([0], [3, -1], [2, 2]):
+        with pytest.raises(ValueError, match="state_lags must be distinct frames back"):
+            ValueConfig(state_lags=bad)

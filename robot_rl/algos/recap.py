@@ -155,7 +155,7 @@ class ValueLearner:
         count = 0
         for step in range(self.cfg.steps):
             rows = torch.randint(0, sampler.num_frames, (self.cfg.batch_size,), generator=gen)
-            for k, v in self.update(sampler.batch(rows), targets[rows]).items():
+            for k, v in self.update(value_frames(self.model, sampler, rows), targets[rows]).items():
                 window[k] = window.get(k, 0.0) + v
             count += 1
             if (step + 1) % log_every == 0 or step + 1 == self.cfg.steps:
@@ -165,6 +165,15 @@ class ValueLearner:
                 if step + 1 < self.cfg.steps:
                     window, count = {}, 0
         return {k: v / max(count, 1) for k, v in window.items()}
+
+
+def value_frames(model: ValueModel, sampler: Any, rows: torch.Tensor) -> dict[str, Any]:
+    """A sampler's frames ``rows`` as the value model reads them: with the joints' earlier readings
+    (``keys.OBS_STATE_LAGS``) where it reads them (``state_lags``)."""
+    frame = sampler.batch(rows)
+    if model.cfg.state_lags:
+        frame[keys.OBS_STATE_LAGS] = sampler.state_lags(rows, model.cfg.state_lags)
+    return frame
 
 
 @torch.no_grad()
@@ -177,7 +186,7 @@ def predict_values(model: ValueModel, sampler: Any, batch_size: int = 256) -> np
     try:
         for s in range(0, sampler.num_frames, batch_size):
             rows = torch.arange(s, min(s + batch_size, sampler.num_frames))
-            out[s:s + len(rows)] = model.value(sampler.batch(rows)).cpu().numpy()
+            out[s:s + len(rows)] = model.value(value_frames(model, sampler, rows)).cpu().numpy()
     finally:
         sampler.cfg.augment = augment
     return out

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from policies import keys
+from robot_rl.models.state_lags import StateLags
 
 STATE_FILE = "state.json"
 
@@ -107,10 +108,14 @@ class InterveningActor:
         self.t = torch.zeros(n, dtype=torch.long)
         self.below = torch.zeros(n, dtype=torch.long)
         self.human = torch.zeros(n, dtype=torch.bool)
+        lags = list(getattr(getattr(value_model, "cfg", None), "state_lags", None) or [])
+        self.lags = StateLags(lags, n) if lags else None  # the joints' earlier readings, where the value reads them
 
     def __call__(self, frames: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         proposal = self.queue(frames).cpu()
         if self.cmd.interventions:
+            if self.lags is not None:
+                frames = {**frames, keys.OBS_STATE_LAGS: self.lags(frames[keys.OBS_STATE])}
             v = self.value_model.value(frames).cpu()
             self.below = torch.where(v < self.cmd.intervene_below, self.below + 1, torch.zeros_like(self.below))
             start = (~self.human) & (self.t >= self.cmd.intervene_after) & (self.below >= self.cmd.intervene_patience)
@@ -130,6 +135,8 @@ class InterveningActor:
         self.queue.reset(env_ids)
         self.t[ids], self.below[ids], self.human[ids] = 0, 0, False
         self.expert.reset(env_ids)
+        if self.lags is not None:
+            self.lags.reset(env_ids)
 
 
 # ------------------------------------------------------------------------------------------- stages

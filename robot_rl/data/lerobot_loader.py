@@ -350,6 +350,15 @@ class ChunkSampler:
         out.update({c: t[idx] for c, t in self.extras.items()})
         return out
 
+    def state_lags(self, idx: torch.Tensor, lags: list[int] | tuple[int, ...]) -> torch.Tensor:
+        """``observation.state`` of frames ``idx`` (int64 [B]) as it was ``lags`` (frames, each >= 1) earlier, the
+        episode's first frame where the episode is younger: float32 [B, L, D] (``keys.OBS_STATE_LAGS``)."""
+        lag = torch.as_tensor(list(lags), dtype=torch.long)
+        if lag.numel() == 0 or bool((lag < 1).any()):
+            raise ValueError(f"state lags must be frames back, each >= 1, got {list(lags)}")
+        rows = torch.maximum(idx[:, None] - lag, self.ep_start[idx][:, None])  # [B, L]
+        return self.state.index_select(0, rows.reshape(-1)).view(*rows.shape, -1)
+
     def state_dict(self) -> dict[str, Any]:
         return {"gen": self.gen.get_state(), "perm": self.perm.clone(), "pos": self.pos, "epoch": self.epoch,
                 "drawn": self.drawn, "weights": self._weights_sha}

@@ -15,7 +15,9 @@ vector; a word-embedding text encoder pooled by attention), with their own weigh
 the learner (RECAP, the improvement loop), never to an exported policy.
 
 Frames (``policies.keys``): ``observation.state`` float [B, P] (degrees), ``observation.images.<camera>`` uint8
-[B, 3, H, W] (sim) or float [0, 1] (datasets), ``task`` list[str] of B.
+[B, 3, H, W] (sim) or float [0, 1] (datasets), ``task`` list[str] of B; with ``state_lags`` also
+``observation.state_lags`` float [B, L, P], the joints L lags earlier (``ChunkSampler.state_lags`` from a dataset,
+``StateLags`` live).
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class ValueConfig:
     loss: str = HL_GAUSS  # "hl_gauss" or "two_hot"
     sigma_ratio: float = 0.75  # HL-Gauss σ in bin widths
     state_std_min: float = 1.0  # degrees: floor of the state std (a joint constant in the data; FlowVLAConfig's)
+    # Frames back (each >= 1) of earlier joint readings it also reads (``keys.OBS_STATE_LAGS``, normalised as the
+    # state): one frame's joint positions cannot tell an arm going down to the cube from one coming back up without
+    # it, or a pause from a move. Empty: the current frame only.
+    state_lags: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.cameras:
@@ -82,6 +88,8 @@ class ValueConfig:
             raise ValueError(f"value sigma_ratio must be > 0, got {self.sigma_ratio}")
         if not self.state_std_min > 0:
             raise ValueError(f"value state_std_min must be > 0 degrees, got {self.state_std_min}")
+        if any(int(lag) < 1 for lag in self.state_lags) or len(set(self.state_lags)) != len(self.state_lags):
+            raise ValueError(f"value state_lags must be distinct frames back, each >= 1, got {self.state_lags}")
         if len(self.conv_channels) != len(self.conv_strides) or not self.conv_channels:
             raise ValueError(f"value conv_channels {self.conv_channels} and conv_strides {self.conv_strides} must "
                              "have the same, non-zero length")
@@ -135,7 +143,7 @@ class ValueModel(nn.Module):
         self.images = nn.ModuleDict({cam: ImageEncoder(cfg.conv_channels, cfg.conv_strides, cfg.image_feature_dim,
                                                        cfg.text_dim) for cam in cfg.cameras})
         self.text = TextEncoder(len(cfg.vocab), cfg.max_words, cfg.text_dim)
-        d_in = len(cfg.cameras) * cfg.image_feature_dim + cfg.text_dim + cfg.state_dim
+        d_in = len(cfg.cameras) * cfg.image_feature_dim + cfg.text_dim + cfg.state_dim * (1 + len(cfg.state_lags))
         self.head = nn.Sequential(nn.Linear(d_in, cfg.hidden_dim), nn.LayerNorm(cfg.hidden_dim), nn.SiLU(),
                                   nn.Linear(cfg.hidden_dim, cfg.hidden_dim), nn.SiLU(),
                                   nn.Linear(cfg.hidden_dim, cfg.num_bins))
@@ -185,8 +193,18 @@ class ValueModel(nn.Module):
             if self.training and self.cfg.random_shift > 0:  # a value hardly moves with a 4 px shift: no label noise
                 img = random_shift(img, self.cfg.random_shift)
             feats.append(self.images[cam](img, task))
-        state = (state - self.state_mean) / self.state_std
-        return self.head(torch.cat([*feats, task, state], dim=-1))
+        parts = [(state - self.state_mean) / self.state_std]
+        if self.cfg.state_lags:
+            lags = len(self.cfg.state_lags)
+            if keys.OBS_STATE_LAGS not in frame:
+                raise ValueError(f"the value model reads {keys.OBS_STATE_LAGS!r} (the joints {self.cfg.state_lags} "
+                                 f"frames back; state_lags); the frame has {sorted(frame)}")
+            past = frame[keys.OBS_STATE_LAGS].to(self.device).float()
+            if list(past.shape) != [b, lags, self.cfg.state_dim]:
+                raise ValueError(f"{keys.OBS_STATE_LAGS} has shape {list(past.shape)}, the value model reads "
+                                 f"[B, {lags}, {self.cfg.state_dim}] (B = {b})")
+            parts.append(((past - self.state_mean) / self.state_std).flatten(1))
+        return self.head(torch.cat([*feats, task, *parts], dim=-1))
 
     def target_distribution(self, target: torch.Tensor) -> torch.Tensor:
         """[B, K] target distribution of scalar targets [B] (the config's loss)."""
