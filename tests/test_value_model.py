@@ -48,7 +48,8 @@ def test_expected_value_is_the_mean_of_the_distribution():
 
 def _tiny(loss: str = "hl_gauss") -> ValueModel:
     cfg = ValueConfig(cameras=["front"], image_size=[16, 16], conv_channels=[8, 8], conv_strides=[2, 2],
-                      image_feature_dim=16, text_dim=8, hidden_dim=32, loss=loss, random_shift=0)
+                      image_feature_dim=16, text_dim=8, hidden_dim=32, loss=loss, random_shift=0,
+                      state_lags=[])  # the current frame only (test_state_lags_... reads lags)
     stats = {keys.OBS_STATE: {"mean": torch.zeros(6), "std": torch.ones(6) * 10}}
     return ValueModel.from_stats(stats, ["lift the cube", "push the cube"], cfg)
 
