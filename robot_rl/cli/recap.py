@@ -108,8 +108,8 @@ class InterveningActor:
         self.t = torch.zeros(n, dtype=torch.long)
         self.below = torch.zeros(n, dtype=torch.long)
         self.human = torch.zeros(n, dtype=torch.bool)
-        lags = list(getattr(getattr(value_model, "cfg", None), "state_lags", None) or [])
-        self.lags = StateLags(lags, n) if lags else None  # the joints' earlier readings, where the value reads them
+        lags = list(value_model.cfg.state_lags)  # the joints' earlier readings, where the value model reads them
+        self.lags = StateLags(lags, n) if lags else None
 
     def __call__(self, frames: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         proposal = self.queue(frames).cpu()
