@@ -332,7 +332,7 @@ class ChunkSampler:
     def batch(self, idx: torch.Tensor) -> dict[str, Any]:
         """The batch of frames ``idx`` (int64 [B]); augmentation shifts come from the sampler's generator."""
         squeeze = self.cfg.history == 1
-        hist = torch.maximum(idx[:, None] + self._hist, self.ep_start[idx][:, None])  # [B, K]
+        hist = self._past_rows(idx, self._hist)  # [B, K]
         last = self.ep_end[idx][:, None]
         chunk = idx[:, None] + self._chunk  # [B, H]
         is_pad = chunk > last
@@ -356,8 +356,12 @@ class ChunkSampler:
         lag = torch.as_tensor(list(lags), dtype=torch.long)
         if lag.numel() == 0 or bool((lag < 1).any()):
             raise ValueError(f"state lags must be frames back, each >= 1, got {list(lags)}")
-        rows = torch.maximum(idx[:, None] - lag, self.ep_start[idx][:, None])  # [B, L]
+        rows = self._past_rows(idx, -lag)  # [B, L]
         return self.state.index_select(0, rows.reshape(-1)).view(*rows.shape, -1)
+
+    def _past_rows(self, idx: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """Rows idx + offsets (offsets <= 0) [B, O], held at each frame's episode start (history and lags alike)."""
+        return torch.maximum(idx[:, None] + offsets, self.ep_start[idx][:, None])
 
     def state_dict(self) -> dict[str, Any]:
         return {"gen": self.gen.get_state(), "perm": self.perm.clone(), "pos": self.pos, "epoch": self.epoch,

@@ -28,7 +28,7 @@ class StateLags:
     def __call__(self, state: torch.Tensor) -> torch.Tensor:
         """The joints ``state`` [N, D] now; returns float32 [N, L, D], the readings ``lags`` steps before (CPU)."""
         state = state.detach().float().cpu()
-        if self.history is None or self.history.shape[2] != state.shape[1]:
+        if self.history is None:
             self.history = state[:, None].repeat(1, self.depth, 1)
         else:
             self.history = torch.cat([state[:, None], self.history[:, :-1]], dim=1)
