@@ -24,6 +24,7 @@ tick, a stalled ``get_observation``, and a record of every action sent and torqu
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 import threading
@@ -52,6 +53,10 @@ class FaultPlan:
     nack_ids: tuple[int, ...] = ()  # motor ids whose writes all fail (no status packet; sync writes ignored)
     fail_latency_s: float = 0.002  # s a failed transaction takes (at most the port's packet timeout)
     drop_from_tick: int | None = None  # from this Goal_Position tick on, nothing answers (a pulled USB cable)
+    # How the dropped connection shows: False, no status packet (a cut bus wire: LeRobot raises ConnectionError);
+    # True, the port itself raises OSError EIO on every transaction (the USB adapter unplugged: pyserial's
+    # SerialException is an OSError)
+    drop_raises_os_error: bool = False
     temperature_c: float = 35.0  # Present_Temperature at tick 0, degC
     temperature_per_tick: float = 0.0  # degC added per tick (an over-temperature ramp)
     stall_at_tick: int | None = None  # the Goal_Position write of this tick sleeps stall_s (a stalled loop)
@@ -126,6 +131,12 @@ class SimulatedServos:
     def dropped(self) -> bool:
         return self.plan.drop_from_tick is not None and self.tick >= self.plan.drop_from_tick
 
+    def _gone(self) -> None:
+        """Count a transaction on the dropped connection; raise as the unplugged port does, if the plan says so."""
+        self.attempts_after_drop += 1
+        if self.plan.drop_raises_os_error:
+            raise OSError(errno.EIO, "Input/output error (simulated: the USB adapter was unplugged)")
+
     def _fail(self, port: Any) -> None:
         timeout_s = getattr(port, "timeout_ms", 1000.0) / 1e3
         time.sleep(min(self.plan.fail_latency_s, timeout_s))
@@ -153,7 +164,7 @@ class SimulatedServos:
             if id_ not in self.regs:
                 return 0, COMM_RX_TIMEOUT, 0
             if self.dropped():
-                self.attempts_after_drop += 1
+                self._gone()
                 self._fail(port)
                 return 0, COMM_RX_TIMEOUT, 0
             if self.plan.read_error_rate and self.rng.random() < self.plan.read_error_rate:
@@ -174,13 +185,13 @@ class SimulatedServos:
                 return COMM_RX_TIMEOUT
             value = int.from_bytes(bytes(data), "little")
             fail = self.dropped() or id_ in self.plan.nack_ids
-            if self.dropped():
-                self.attempts_after_drop += 1
             if addr == ADDR["Torque_Enable"]:
                 self.torque_writes.append((time.monotonic(), id_, value, not fail))
                 self._log("torque", id=id_, value=value, applied=not fail)
             if fail:
                 self.write_failures += 1
+                if self.dropped() and acked:  # (unacked: a motor's share of a sync write, the packet already sent)
+                    self._gone()
                 if acked:
                     self._fail(port)
                 return COMM_RX_TIMEOUT if acked else COMM_SUCCESS
@@ -191,7 +202,7 @@ class SimulatedServos:
     def sync_read(self, port: Any, ids: list[int], addr: int, length: int) -> tuple[int, dict[int, int]]:
         with self.lock:
             if self.dropped():
-                self.attempts_after_drop += 1
+                self._gone()
                 self._fail(port)
                 return COMM_RX_TIMEOUT, {}
             if self.plan.read_error_rate and self.rng.random() < self.plan.read_error_rate:
@@ -209,7 +220,7 @@ class SimulatedServos:
             time.sleep(self.plan.stall_s)
         with self.lock:
             if self.dropped():
-                self.attempts_after_drop += 1
+                self._gone()
                 return COMM_TX_FAIL
             if goal:
                 raw = {i: _sign_mag_decode(int.from_bytes(bytes(d), "little"), 15) for i, d in params.items()}

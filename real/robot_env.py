@@ -254,16 +254,20 @@ class RobotEnv(VecEnv):
         return self.guard.lock if self.guard is not None else contextlib.nullcontext()
 
     def observe(self) -> Observation:
-        """Read the robot, retrying a failed bus read at once up to ``read_retries`` times (each one counted);
-        ``BusLost`` after ``max_consecutive_read_failures`` ticks without a read or an error rate past the limit.
-        Any other exception (a camera, the robot's own) propagates: the guard turns torque off."""
+        """Read the robot, retrying a failed bus read (a ``ConnectionError`` or the port's ``OSError``) at once up to
+        ``read_retries`` times (each one counted); ``BusLost`` after ``max_consecutive_read_failures`` ticks without a
+        read or an error rate past the limit. Any other exception (a camera's, a ``TimeoutError`` included, the
+        robot's own) propagates: the guard turns torque off."""
         cfg = self.safety.cfg
         error: BaseException | None = None
         for attempt in range(1 + cfg.read_retries):
             try:
                 with self._lock():
                     raw = self.robot.get_observation()
-            except ConnectionError as e:
+            except OSError as e:  # LeRobot's ConnectionError (no status packet), or the port's own (an unplugged USB
+                # adapter: pyserial's SerialException is an OSError); a TimeoutError is a camera's: it propagates
+                if isinstance(e, TimeoutError):
+                    raise
                 error = e
                 self.reads.attempt(False)
                 if attempt:
@@ -340,7 +344,7 @@ class RobotEnv(VecEnv):
             rejected = cmd.rejected
             with self._lock():
                 if self.guard is not None and self.guard.stopped.is_set():
-                    raise SafeStop("torque was turned off (watchdog); nothing more is sent")
+                    raise SafeStop("the guard sent torque-off (watchdog); nothing more is sent")
                 sent = self.robot.send_action(self.safety.as_action(cmd.values))
             sent_units = np.array([float(sent.get(n, v)) for n, v in zip(self.safety.names, cmd.values, strict=True)])
             sent_deg = features.robot_to_deg(torch.from_numpy(sent_units).float(), self.gripper)[None]

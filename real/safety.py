@@ -32,6 +32,7 @@ second: a warning at 55 degC, a safe stop at 60 degC or on an overload / over-cu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -76,7 +77,8 @@ class DeviceSetupError(SafetyConfigError):
 
 
 class SafeStop(RuntimeError):
-    """The control loop stopped for safety; torque was turned off. ``reason`` says why."""
+    """The control loop stopped for safety and its guard sent torque-off (``torque_off_note`` says whether every motor
+    took it). ``reason`` says why."""
 
     exit_code = 5
 
@@ -614,6 +616,19 @@ def torque_off_all(robot: Any, packet_ms: int = 10) -> TorqueOffReport:
     return report
 
 
+def torque_off_note(exc: BaseException) -> str:
+    """How torque stands after ``exc`` left a ``SafetyGuard``, in words for the operator: turned off (on how many
+    motors), or FAILED on named motors (the servos hold torque until power is cut: the e-stop), or unconfirmed when
+    no guard saw the exception (it was raised before the loop's guard opened or after it closed)."""
+    report = getattr(exc, "torque_off_report", None)
+    if report is None:
+        return "torque-off not confirmed (the error came outside the safety guard)"
+    if report.failed:
+        return (f"TORQUE-OFF FAILED on {sorted(report.failed)}: those servos may still hold torque until their power "
+                f"is cut (use the e-stop)")
+    return f"torque was turned off ({len(report.disabled)} disabled in {report.seconds * 1e3:.0f} ms)"
+
+
 # ------------------------------------------------------------------------------------------------- watchdog
 class Watchdog:
     """A thread that calls ``on_trip`` once if ``kick`` is not called for ``deadline_s`` (a stalled control loop,
@@ -814,6 +829,9 @@ class SafetyGuard:
                 report = self.torque_off()
                 if exc_type is not None:
                     log.error("safety: stopped by %s: %s; %s", exc_type.__name__, exc, report.describe())
+            if exc is not None and self.report is not None:  # what the way out can tell the operator (torque_off_note)
+                with contextlib.suppress(AttributeError):  # an exception type without a __dict__ carries no note
+                    exc.torque_off_report = self.report  # type: ignore[union-attr]
         finally:
             if self._old_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._old_sigterm)
@@ -824,5 +842,5 @@ __all__ = [
     "SafeCommand", "SafeStop", "SafetyConfig", "SafetyConfigError", "SafetyFilter", "SafetyGuard", "TeleopLost",
     "Terminated", "ThermalSupervisor", "TorqueOffReport", "Watchdog", "WatchdogTrip", "check_calibration",
     "limits_from_calibration", "limits_from_degrees", "limits_from_robot", "limits_from_sim_model",
-    "load_calibration_file", "torque_off_all",
+    "load_calibration_file", "torque_off_all", "torque_off_note",
 ]

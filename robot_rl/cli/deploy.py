@@ -285,23 +285,22 @@ def run_guarded(name: str, body: Any) -> Any:
     """Run a session; turn its way out into one line and an exit status (module docstring)."""
     import logging
 
-    from real.safety import SafeStop
+    from real.safety import SafeStop, torque_off_note
     from robot_rl.checkpoint import OutputWriteError
 
     try:
         return body()
     except SafeStop as e:
-        print(f"robot-rl {name}: safety stop ({type(e).__name__}): {e.reason}; torque was turned off",
-              file=sys.stderr)
+        print(f"robot-rl {name}: safety stop ({type(e).__name__}): {e.reason}; {torque_off_note(e)}", file=sys.stderr)
         raise SystemExit(e.exit_code) from None
-    except KeyboardInterrupt:
-        print(f"robot-rl {name}: interrupted; torque was turned off", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"robot-rl {name}: interrupted; {torque_off_note(e)}", file=sys.stderr)
         raise SystemExit(130) from None
     except (ValueError, FileNotFoundError, OutputWriteError):
         raise  # robot-rl's own exit statuses: 2 (config, calibration, port, camera), 4 (a failed write)
     except Exception as e:
         logging.getLogger(__name__).debug("stopped", exc_info=True)
-        print(f"robot-rl {name}: stopped by {type(e).__name__}: {str(e).strip()[:300]}; torque was turned off",
+        print(f"robot-rl {name}: stopped by {type(e).__name__}: {str(e).strip()[:300]}; {torque_off_note(e)}",
               file=sys.stderr)
         raise SystemExit(1) from None
 

@@ -298,15 +298,25 @@ def test_deploy_a_state_policy_on_so101_sim_and_refuse_it_on_a_real_arm(tmp_path
     assert len(bus.servos.goal_ticks) == 1  # only connect's hold
 
 
-def test_exit_statuses_name_the_way_out(capsys):
+def test_exit_statuses_name_the_way_out(tmp_path, capsys):
     """Each way out of the loop: one line, its own exit status (5 safety stop, 143 SIGTERM, 130 Ctrl-C, 1 any other
-    error); config errors pass through to robot-rl's 2."""
-    from real.safety import BusLost, Terminated
+    error), and how torque stands as the loop's SafetyGuard left it (on LeRobot's follower over the fault bus);
+    config errors pass through to robot-rl's 2."""
+    from real.robot_env import safe_connect
+    from real.safety import BusLost, SafetyConfig, SafetyFilter, SafetyGuard, Terminated, limits_from_robot
     from robot_rl.cli.deploy import run_guarded
+    from tests.real._arm import follower
 
-    def raising(e):
+    robot, bus = follower(tmp_path, None)
+    cfg = SafetyConfig(thermal_poll_s=None)
+    safe_connect(robot, SafetyFilter(cfg, limits_from_robot(robot, cfg.margin_deg)))
+
+    def raising(e, guarded=True):
         def body():
-            raise e
+            if not guarded:
+                raise e
+            with SafetyGuard(robot, cfg, watchdog=False):
+                raise e
         return body
 
     for exc, code, text in ((BusLost("no state read for 3 ticks"), 5, "safety stop (BusLost)"),
@@ -317,7 +327,13 @@ def test_exit_statuses_name_the_way_out(capsys):
             run_guarded("deploy", raising(exc))
         assert info.value.code == code
         err = capsys.readouterr().err
-        assert text in err and "torque was turned off" in err and len(err.strip().splitlines()) == 1
+        assert text in err and "torque was turned off (6 disabled" in err and len(err.strip().splitlines()) == 1
+        assert all(not bus.servos.torque_on(i) for i in range(1, 7))
+    # raised where no guard saw it (before the loop's guard opened): the line does not claim torque went off
+    with pytest.raises(SystemExit):
+        run_guarded("deploy", raising(RuntimeError("camera open failed"), guarded=False))
+    err = capsys.readouterr().err
+    assert "torque-off not confirmed" in err and "torque was turned off" not in err
     with pytest.raises(ValueError):
         run_guarded("deploy", raising(ValueError("bad config")))
 

@@ -24,6 +24,7 @@ from real.safety import (
     TeleopLost,
     Terminated,
     limits_from_robot,
+    torque_off_note,
 )
 from real.teleop import NeverHuman, PolicyDriver, ScheduledTakeover, guarded_session, run_session
 from robot_rl.checkpoint import OutputWriteError
@@ -406,16 +407,21 @@ def test_a7_transient_bus_errors_are_retried_and_a_sustained_rate_stops(tmp_path
     assert all(not bus2.servos.torque_on(i) for i in range(1, 7))
 
 
-def test_a6_lost_bus_stops_writing_and_turns_torque_off(tmp_path):
-    """The connection drops at tick 40 (nothing answers): no Goal_Position write after the first failed read,
-    BusLost after 3 ticks without a read, and a torque-off attempt on every motor (which, on a dead bus, fails and is
-    named: the servos hold torque until power is cut)."""
-    robot, bus, safety = arm(tmp_path, FaultPlan(drop_from_tick=40, fail_latency_s=0.001))
+@pytest.mark.parametrize("os_error", [False, True], ids=["no_status_packet", "port_oserror"])
+def test_a6_lost_bus_stops_writing_and_turns_torque_off(tmp_path, os_error):
+    """The connection drops at tick 40 (nothing answers, or the unplugged port raises OSError on every transaction):
+    no Goal_Position write after the first failed read, BusLost after 3 ticks without a read, and a torque-off attempt
+    on every motor (which, on a dead bus, fails and is named: the servos hold torque until power is cut)."""
+    robot, bus, safety = arm(tmp_path, FaultPlan(drop_from_tick=40, fail_latency_s=0.001,
+                                                 drop_raises_os_error=os_error))
     policy = ScriptedPolicy(lambda s, n: s + 1.0)
     before = len(bus.servos.torque_writes)  # connect's own (configure: off, then on)
-    with pytest.raises(BusLost, match="3 ticks"):
+    with pytest.raises(BusLost, match="3 ticks") as info:
         guarded_session(robot, safety, {"max_episode_length": 1000, "clock": ControlClock(30, sleep=False)},
                         episodes=1, make_driver=lambda env: PolicyDriver(policy, safety, robot, env), watchdog=False)
+    # the operator is told torque-off failed, on which motors, and to cut the power (not "torque was turned off")
+    note = torque_off_note(info.value)
+    assert note.startswith("TORQUE-OFF FAILED") and all(m in note for m in MOTORS) and "e-stop" in note
     assert len(bus.servos.goal_ticks) == 40  # ticks 0 (connect's hold) .. 39; nothing sent once the bus is gone
     attempts = bus.servos.torque_writes[before:]
     assert all(w[2] == 0 for w in attempts)
