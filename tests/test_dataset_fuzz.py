@@ -149,6 +149,10 @@ NAMED = {
         frame_index=np.where(np.arange(len(d)) == 3, 99, d["frame_index"]))),
     "data: rows of another episode": lambda r: _rewrite_parquet(_data(r), lambda d: d.assign(
         episode_index=np.where(np.arange(len(d)) == 5, 2, d["episode_index"]))),
+    "data: the last episode's global index restarting at 0": lambda r: _rewrite_parquet(_data(r), lambda d: d.assign(
+        index=np.where(d["episode_index"] == d["episode_index"].max(), d["frame_index"], d["index"]))),
+    "data: a global index skipped inside an episode": lambda r: _rewrite_parquet(_data(r), lambda d: d.assign(
+        index=np.where(np.arange(len(d)) == 3, 1000, d["index"]))),
     "data: the state column gone": lambda r: _rewrite_parquet(_data(r), lambda d: d.drop(columns=[STATE])),
     "data: a task index past the task table": lambda r: _rewrite_parquet(_data(r), lambda d: d.assign(task_index=9)),
     "tasks: an index out of range": lambda r: _rewrite_parquet(r / "meta" / "tasks.parquet", lambda d: d.reset_index(

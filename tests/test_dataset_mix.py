@@ -75,6 +75,25 @@ def test_mixed_datasets_train_as_one_sequence_of_episodes(pair, capsys):
 
 
 
+def test_a_mix_keeps_global_indices_unique_when_info_understates_total_frames(pair, tmp_path):
+    """The second dataset's indices go past the first's highest index even when the first's info.json says fewer
+    frames than it holds (labels key frames by the global index: a repeat would hand one frame another's label)."""
+    import json
+    import shutil
+
+    ours, theirs = pair
+    lying = tmp_path / "ours_lying"
+    shutil.copytree(ours, lying)
+    info = json.loads((lying / "meta" / "info.json").read_text())
+    info["total_frames"] = 5
+    (lying / "meta" / "info.json").write_text(json.dumps(info))
+    s = sampler(lying, mix=[str(theirs)], augment=False)
+    index = s.indices["index"].numpy()
+    n_ours = sum(OURS_LENGTHS)
+    assert len(np.unique(index)) == len(index) == s.num_frames
+    assert index[n_ours] == n_ours  # theirs' frame 0 right after ours' last frame
+
+
 def test_history_does_not_reach_back_into_the_dataset_before(pair):
     ours, theirs = pair
     s = sampler(ours, mix=[str(theirs)], history=2, augment=False)

@@ -311,8 +311,8 @@ def _numpy(table: pa.Table, name: str, where: str, rows: np.ndarray | None = Non
 
 def _check_frames(meta: DatasetMeta, episodes: np.ndarray, cols: dict[str, np.ndarray], files: list[Path],
                   file_of_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per episode: rows present, frame_index 0..L-1, length as meta says, timestamps 1/fps apart, task known,
-    state/action/float columns finite. Returns each row's episode start and end rows."""
+    """Per episode: rows present, frame_index 0..L-1, length as meta says, the global index contiguous (and unique in
+    the dataset), timestamps 1/fps apart, task known, state/action/float columns finite. Returns each row's episode start and end rows."""
     ep = cols["episode_index"]
     uniq, start, count = np.unique(ep, return_index=True, return_counts=True)
 
@@ -333,6 +333,20 @@ def _check_frames(meta: DatasetMeta, episodes: np.ndarray, cols: dict[str, np.nd
         r = int(bad[0])
         raise DatasetError(f"{where(int(ep[r]))}: field 'frame_index' is not 0..length-1 (its row {r - first[r]} "
                            f"holds {int(cols['frame_index'][r])})")
+    # The global index (what labels and sidecars key frames by): index[first] + frame_index in each episode, and no
+    # value twice in the dataset
+    index = cols["index"].astype(np.int64).reshape(len(ep))
+    bad = np.flatnonzero(index != index[first] + (np.arange(len(ep)) - first))
+    if len(bad):
+        r = int(bad[0])
+        raise DatasetError(f"{where(int(ep[r]))}: field 'index' is not contiguous within the episode (frame "
+                           f"{r - first[r]} holds {int(index[r])}, expected {int(index[first[r]]) + r - first[r]})")
+    uniq_index, seen = np.unique(index, return_counts=True)
+    if (seen > 1).any():
+        dup = int(uniq_index[np.flatnonzero(seen > 1)[0]])
+        eps_with = sorted({int(e) for e in ep[index == dup]})
+        raise DatasetError(f"field 'index' holds {dup} more than once (episodes {eps_with}): each frame needs its own "
+                           f"global index")
     ts = cols["timestamp"].astype(np.float64).reshape(len(ep))
     step = np.diff(ts)
     same = ep[1:] == ep[:-1]

@@ -171,7 +171,11 @@ class ChunkSampler:
         self.video_backend = None
         for (m, _, frames, _), r0, r1 in zip(parts, rows[:-1], rows[1:]):
             self._decode(m, frames, {k: cache[r0:r1] for k, cache in self.images.items()})
-        index_offsets = np.cumsum([0] + [int(m.info.get("total_frames", 0)) for m in metas[:-1]])
+        # each dataset's global index shifted past the one before's: by its info.json total_frames, or past its highest
+        # index where total_frames understates it, so indices stay unique across the mix (labels key frames by them)
+        index_offsets = np.cumsum([0] + [max(int(m.info.get("total_frames", 0)),
+                                             int(np.max(f.columns["index"], initial=-1)) + 1)
+                                         for m, _, f, _ in parts[:-1]])
         cat = np.concatenate
         state = cat([f.columns[keys.OBS_STATE].astype(np.float32) for _, _, f, _ in parts])
         action = cat([f.columns[keys.ACTION_COL].astype(np.float32) for _, _, f, _ in parts])
