@@ -19,6 +19,9 @@ SUCCESS = "success"
 LOG = "log"  # info: dict of float scalars for the logger ("reward/<term>", counters)
 APPLIED_ACTION = "applied_action"  # info: float32 [N, A] the action really applied (sanitised, clipped to [-1, 1])
 ACTOR = "actor"  # info: int64 [N] who chose this step's action, one of ACTOR_*
+# info: bool [N] the env faulted this step (non-finite or diverged state, a non-finite action): terminated, reward 0,
+# observation zeroed; learners keep the transition out of their losses (RELIABILITY D1)
+FAULTED = "faulted"
 
 # Who acted (values of info[ACTOR]); LeRobot's ``intervention`` column is ``actor != ACTOR_POLICY``.
 ACTOR_POLICY = 0

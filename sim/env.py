@@ -142,7 +142,7 @@ class MujocoFamilyEnv(VecEnv):
         success, terminated, truncated, faulted, done = end.success, end.terminated, end.truncated, end.faulted, end.done
 
         obs = self._observe()
-        info: dict[str, Any] = {keys.SUCCESS: success, "faulted": faulted, keys.APPLIED_ACTION: action,
+        info: dict[str, Any] = {keys.SUCCESS: success, keys.FAULTED: faulted, keys.APPLIED_ACTION: action,
                                 keys.ACTOR: who}
         if end.n_done:
             final_obs = {k: v.clone() for k, v in obs.items()}

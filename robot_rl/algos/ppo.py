@@ -166,8 +166,14 @@ class PPO(OnPolicyAlgorithm):
 
     @torch.no_grad()
     def finish_rollout(self, buffer: RolloutBuffer, last_obs: dict[str, torch.Tensor]) -> None:
-        """GAE over the full buffer: advantages and returns [T, N] from the stored values and V(o_T)."""
-        buffer.compute_returns(buffer.extras["value"], self.value(last_obs), self.cfg.gamma, self.cfg.lam)
+        """GAE over the full buffer: advantages and returns [T, N] from the stored values and V(o_T). A step where
+        the env faulted (``buffer.valid`` False) gets r_t = V(o_t): its TD error is 0 (it is done), so it adds
+        nothing, and the steps before it bootstrap from V(o_t) as from a time-out, instead of learning that the
+        episode ended with reward 0 (RELIABILITY D1); ``update`` gives it no weight."""
+        values = buffer.extras["value"]
+        if buffer.has_invalid():
+            buffer.reward.copy_(torch.where(buffer.valid, buffer.reward, values))
+        buffer.compute_returns(values, self.value(last_obs), self.cfg.gamma, self.cfg.lam)
 
     # ----------------------------------------------------------------------------------------------- update
     def update(self, buffer: RolloutBuffer) -> dict[str, float]:
@@ -178,7 +184,11 @@ class PPO(OnPolicyAlgorithm):
             self.return_norm.update(buffer.returns.flatten())
         if cfg.normalize_advantages:
             adv = buffer.advantages
-            adv.copy_((adv - adv.mean()) / (adv.std() + 1e-8))
+            if buffer.has_invalid():  # statistics of the valid steps only
+                ok = adv[buffer.valid]
+                adv.copy_(torch.where(buffer.valid, (adv - ok.mean()) / (ok.std() + 1e-8), 0.0))
+            else:
+                adv.copy_((adv - adv.mean()) / (adv.std() + 1e-8))
         totals: dict[str, float] = {}
         steps = 0
         for _ in range(cfg.num_epochs):
@@ -200,27 +210,29 @@ class PPO(OnPolicyAlgorithm):
             value = self.critic(obs)
         old_value = batch["value"]
         log_prob = normal_log_prob(batch["action"], mean, std)
-        entropy = normal_entropy(std).mean()
+        weight = batch.get("weight")  # 0 where the env faulted; absent when no step of the rollout did
+        avg = torch.mean if weight is None else (lambda x: (x * weight).sum() / weight.sum().clamp(min=1.0))
+        entropy = avg(normal_entropy(std))
         if cfg.normalize_value:  # the loss in σ units: targets and the collecting values normalised alike
             ret, old_value = self.return_norm(ret), self.return_norm(old_value)
 
         # L_clip = E[max(−A·ρ, −A·clip(ρ, 1 − ε, 1 + ε))],  ρ = π(a|o) / π_old(a|o)
         ratio = torch.exp(log_prob - batch["log_prob"])
-        surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip)).mean()
+        surrogate = avg(torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip)))
         # L_V = E[max((V − R)², (V_old + clip(V − V_old, ±ε_v) − R)²)]
         if cfg.use_clipped_value_loss:
             v_clipped = old_value + (value - old_value).clamp(-cfg.value_clip, cfg.value_clip)
-            value_loss = torch.max((value - ret) ** 2, (v_clipped - ret) ** 2).mean()
+            value_loss = avg(torch.max((value - ret) ** 2, (v_clipped - ret) ** 2))
         else:
-            value_loss = ((value - ret) ** 2).mean()
+            value_loss = avg((value - ret) ** 2)
         loss = surrogate + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
         with torch.no_grad():
-            kl = gaussian_kl(batch["mean"], batch["std"], mean, std).mean()
-            clip_frac = ((ratio - 1.0).abs() > cfg.clip).float().mean()
+            kl = avg(gaussian_kl(batch["mean"], batch["std"], mean, std))
+            clip_frac = avg(((ratio - 1.0).abs() > cfg.clip).float())
             # One host read for the guard, the schedule and the logs (the guard's own check and six .item() calls
             # were ~15 dispatched ops of the ~300 per minibatch).
             values = torch.stack([loss.detach(), grad_norm, surrogate.detach(), value_loss.detach(), entropy.detach(),

@@ -4,6 +4,9 @@ Layout: ``[T, N, ...]`` with N the number of envs and T = ⌈capacity / N⌉ row
 the transitions of one env are consecutive in time along T and n-step windows are plain index arithmetic. The
 true next observation of every transition is stored (``info["final_obs"]`` where the episode ended), so
 time-outs bootstrap from the real last observation and never from the first observation of the next episode.
+A transition where the env faulted (``keys.FAULTED``: non-finite or diverged state, its reward and observation
+meaningless) is kept but never sampled, and the env's transition before it is marked truncated, so n-step windows
+stop there and bootstrap from the last sound observation instead of learning an end with reward 0 (RELIABILITY D1).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class ReplayBuffer:
         self.reward = torch.zeros(t, n, device=self.device)
         self.terminated = torch.zeros(t, n, dtype=torch.bool, device=self.device)
         self.truncated = torch.zeros(t, n, dtype=torch.bool, device=self.device)
+        self.faulted = torch.zeros(t, n, dtype=torch.bool, device=self.device)
+        self._fault_rows: set[int] = set()  # rows holding a faulted transition (host-side: sampling checks only then)
         self.pos = 0  # next row written
         self.size = 0  # rows holding data
 
@@ -58,14 +63,25 @@ class ReplayBuffer:
 
     def add(self, obs: dict[str, torch.Tensor], action: torch.Tensor, reward: torch.Tensor,
             terminated: torch.Tensor, truncated: torch.Tensor, next_obs: dict[str, torch.Tensor],
-            final_obs: dict[str, torch.Tensor] | None = None) -> None:
+            final_obs: dict[str, torch.Tensor] | None = None, faulted: torch.Tensor | None = None) -> None:
         """Store one vector step: obs groups [N, ...], action [N, A], the rest [N].
 
         ``next_obs`` is what ``env.step`` returned (the first observation of a new episode where one ended);
         ``final_obs`` (``info["final_obs"]``) replaces it in the rows of envs that ended, so every stored o' is
-        the observation the action really led to.
+        the observation the action really led to. ``faulted`` [N] bool (``info[keys.FAULTED]``; None: none did):
+        those transitions are never sampled (module docstring).
         """
         r = self.pos
+        self._fault_rows.discard(r)  # the row overwritten
+        if faulted is not None and bool(faulted.any()):
+            faulted = faulted.to(self.device)
+            self.faulted[r].copy_(faulted)
+            self._fault_rows.add(r)
+            if self.size:  # the env's previous transition, if the same episode, now ends there as a time-out
+                prev = (r - 1) % self.rows
+                self.truncated[prev] |= faulted & ~(self.terminated[prev] | self.truncated[prev])
+        else:
+            self.faulted[r].fill_(False)
         done = terminated | truncated
         for k, buf in self.obs.items():
             buf[r].copy_(obs[k])
@@ -92,8 +108,17 @@ class ReplayBuffer:
             raise RuntimeError("cannot sample from an empty replay buffer")
         n = self.num_envs
         flat = torch.randint(self.size * n, (batch_size,), device=self.device)
-        offset, env = flat // n, flat % n  # offset: rows after the oldest one
         oldest = (self.pos - self.size) % self.rows
+        if self._fault_rows:  # draw again where a faulted transition was drawn (they are rare; the stream is
+            # unchanged while none is stored)
+            for _ in range(100):
+                bad = self.faulted[(oldest + flat // n) % self.rows, flat % n]
+                if not bool(bad.any()):
+                    break
+                flat = torch.where(bad, torch.randint(self.size * n, (batch_size,), device=self.device), flat)
+            else:
+                raise RuntimeError("replay: could not draw transitions that did not fault (nearly all of them did)")
+        offset, env = flat // n, flat % n  # offset: rows after the oldest one
         start = (oldest + offset) % self.rows
         ks = torch.arange(n_step, device=self.device)
         rows = (start[:, None] + ks) % self.rows  # [B, n]
@@ -113,7 +138,8 @@ class ReplayBuffer:
         return {"obs": {k: v[:s] for k, v in self.obs.items()},
                 "next_obs": {k: v[:s] for k, v in self.next_obs.items()},
                 "action": self.action[:s], "reward": self.reward[:s], "terminated": self.terminated[:s],
-                "truncated": self.truncated[:s], "pos": self.pos, "size": self.size, "rows": self.rows,
+                "truncated": self.truncated[:s], "faulted": self.faulted[:s], "pos": self.pos, "size": self.size,
+                "rows": self.rows,
                 "num_envs": self.num_envs}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
@@ -126,6 +152,10 @@ class ReplayBuffer:
                 v[:s].copy_(sd[name][k])
         for name in ("action", "reward", "terminated", "truncated"):
             getattr(self, name)[:s].copy_(sd[name])
+        self.faulted.zero_()
+        if "faulted" in sd:  # absent from checkpoints written before faulted transitions were kept out
+            self.faulted[:s].copy_(sd["faulted"])
+        self._fault_rows = {int(r) for r in self.faulted.any(dim=1).nonzero().flatten().tolist()}
         self.pos, self.size = int(sd["pos"]), s
 
 

@@ -15,7 +15,9 @@ class RolloutBuffer:
 
     Row ``t`` holds ``(o_t, a_t, r_t, done_t, extras_t)``; ``r_t`` already includes the time-out bootstrap
     (``returns.bootstrap_time_outs``). ``advantages`` and ``returns`` [T, N] are filled by ``compute_returns``.
-    Nothing is allocated after construction.
+    ``valid`` [T, N] is False where the env faulted on that step (``keys.FAULTED``): the learner keeps those samples
+    out of its loss (``has_invalid``; minibatches then carry a 0/1 ``weight``). Nothing is allocated after
+    construction.
 
     Args:
         num_steps: T, steps per env per rollout.
@@ -40,6 +42,7 @@ class RolloutBuffer:
         self.action = torch.zeros(t, n, action_dim, device=self.device)
         self.reward = torch.zeros(t, n, device=self.device)
         self.done = torch.zeros(t, n, dtype=torch.bool, device=self.device)
+        self.valid = torch.ones(t, n, dtype=torch.bool, device=self.device)
         self.extras = {k: torch.zeros(t, n, *s, device=self.device) for k, s in (extras or {}).items()}
         self.advantages = torch.zeros(t, n, device=self.device)
         self.returns = torch.zeros(t, n, device=self.device)
@@ -50,9 +53,9 @@ class RolloutBuffer:
         return self.step == self.num_steps
 
     def add(self, obs: dict[str, torch.Tensor], action: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,
-            extras: dict[str, torch.Tensor] | None = None) -> None:
-        """Store one step of every env: obs groups [N, ...], action [N, A], reward and done [N], and every
-        declared extra [N, ...]."""
+            extras: dict[str, torch.Tensor] | None = None, faulted: torch.Tensor | None = None) -> None:
+        """Store one step of every env: obs groups [N, ...], action [N, A], reward and done [N], every declared
+        extra [N, ...], and ``faulted`` [N] bool (``info[keys.FAULTED]``; None: no env faulted)."""
         if self.full:
             raise RuntimeError(f"rollout buffer is full ({self.num_steps} steps); call clear() after the update")
         extras = extras or {}
@@ -64,12 +67,20 @@ class RolloutBuffer:
         self.action[t].copy_(action)
         self.reward[t].copy_(reward)
         self.done[t].copy_(done)
+        if faulted is None:
+            self.valid[t].fill_(True)
+        else:
+            self.valid[t].copy_(~faulted)
         for k, buf in self.extras.items():
             buf[t].copy_(extras[k])
         self.step += 1
 
     def clear(self) -> None:
         self.step = 0
+
+    def has_invalid(self) -> bool:
+        """Whether any stored step faulted (one host read)."""
+        return not bool(self.valid[:self.step].all())
 
     def compute_returns(self, values: torch.Tensor, last_value: torch.Tensor, gamma: float, lam: float) -> None:
         """Fill ``advantages`` and ``returns`` [T, N] by GAE from the values [T, N] of the stored observations
@@ -82,7 +93,8 @@ class RolloutBuffer:
 
     def minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor | dict[str, torch.Tensor]]]:
         """One shuffled pass over the T·N samples in ``num_minibatches`` flat batches [B, ...]: ``obs`` (a dict),
-        ``action``, ``advantages``, ``returns`` and every extra by its name.
+        ``action``, ``advantages``, ``returns`` and every extra by its name; ``weight`` (1.0, 0.0 where the env
+        faulted) only when some step did.
 
         Shuffling draws from torch's default generator of the buffer's device (saved in checkpoints).
         """
@@ -94,6 +106,8 @@ class RolloutBuffer:
         # One gather per field and pass, then the minibatches are slices of it (the same rows as indexing each
         # minibatch by its part of the permutation, with a quarter of the ops at 4 minibatches).
         fields = {"action": self.action, "advantages": self.advantages, "returns": self.returns, **self.extras}
+        if self.has_invalid():  # faulted steps weigh 0 in the loss (only then: the usual path stays as it was)
+            fields["weight"] = self.valid.float()
         shuffled = {k: v.flatten(0, 1)[perm] for k, v in fields.items()}
         shuffled_obs = {k: v.flatten(0, 1)[perm] for k, v in self.obs.items()}
         for i in range(num_minibatches):

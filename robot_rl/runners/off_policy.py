@@ -80,7 +80,7 @@ class OffPolicyRunner(RunnerLoop):
             next_obs = to_device(next_obs, self.device)
             reward, terminated, truncated = (x.to(self.device) for x in (reward, terminated, truncated))
             self.replay.add(obs, action, reward, terminated, truncated, next_obs,
-                            to_device(info[keys.FINAL_OBS], self.device))
+                            to_device(info[keys.FINAL_OBS], self.device), info.get(keys.FAULTED))
             algo.observe(reward, terminated, truncated)
             self.stats.add(info, episode_mask(terminated, truncated))
             for k, v in info.get(keys.LOG, {}).items():

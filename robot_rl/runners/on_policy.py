@@ -90,7 +90,7 @@ class OnPolicyRunner(RunnerLoop):
                 reward = algo.bootstrap_time_outs(reward.to(self.device), truncated,
                                                   to_device(info[keys.FINAL_OBS], self.device))
                 done = episode_mask(terminated, truncated)
-                buf.add(obs, action, reward, done, extras)
+                buf.add(obs, action, reward, done, extras, info.get(keys.FAULTED))
                 self.stats.add(info, done)
                 for k, v in info.get(keys.LOG, {}).items():
                     log_sums[k] = log_sums.get(k, 0.0) + v if k.startswith("reward/") else v
