@@ -157,8 +157,20 @@ class SO101SimRobot(Robot):
         with self.lock:
             self._view = LeRobotView(env, cameras=tuple(c.camera_names) or ("front",),
                                      image_size=(c.image_height, c.image_width))
+            self._warm_up(c.seed)
             self.scene_index, self.total_steps, self.scenes_solved = -1, 0, 0
             self._reset(seed=c.seed)
+
+    def _warm_up(self, seed: int) -> None:
+        """One render and one control step, undone by the seeded reset that follows: the renderer's set-up and the
+        first step's one-off costs (~0.2 s and ~0.3 s here) would otherwise land in the first tick of a control
+        loop, tripping its watchdog and flagging the first episode's timing (RELIABILITY C4)."""
+        view = self._view
+        view.reset(seed=seed)
+        if self.config.camera_names:
+            view.render_many(list(self.cameras))
+        hold = so101.rad_to_deg(view.env_obs[keys.PROPRIO].double()).float()  # [1, 6] where the arm is
+        view.step(hold.to(view.device))
 
     @check_if_not_connected
     def disconnect(self) -> None:

@@ -75,6 +75,38 @@ def test_observation_units_degrees_and_gripper_0_100_of_the_simulated_joints(tmp
         robot.get_observation()
 
 
+def test_connect_warms_up_the_renderer_and_a_step_and_leaves_the_scene_as_seeded(tmp_path, monkeypatch):
+    """connect() renders once and steps once (their one-off set-up costs, ~0.5 s here, would otherwise fall in a
+    control loop's first tick: the watchdog tripped and the first episode was flagged late), then resets with the
+    seed: the first observation and the whole scene equal those of a robot that skipped the warm-up."""
+    from sim.lerobot_view import LeRobotView
+
+    calls = {"step": 0, "render_many": 0}
+    for name in calls:
+        method = getattr(LeRobotView, name)
+
+        def counted(self, *a, _m=method, _n=name, **kw):
+            calls[_n] += 1
+            return _m(self, *a, **kw)
+
+        monkeypatch.setattr(LeRobotView, name, counted)
+    kw = {"camera_names": ["front", "wrist"], "image_height": 24, "image_width": 32, "task": "so101_lift", "seed": 3}
+    warm = _robot(tmp_path / "a", **kw)
+    warm.connect()
+    warm_calls = dict(calls)
+    calls.update(step=0, render_many=0)
+    monkeypatch.setattr(SO101SimRobot, "_warm_up", lambda self, seed: None)
+    cold = _robot(tmp_path / "b", **kw)
+    cold.connect()
+    assert warm_calls["step"] == calls["step"] + 1 and warm_calls["render_many"] > calls["render_many"]
+    assert warm.scene_index == cold.scene_index == 0
+    assert torch.equal(warm.view.env.physics.state.qpos, cold.view.env.physics.state.qpos)  # the cube's pose too
+    a, b = warm.get_observation(), cold.get_observation()
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    warm.disconnect()
+    cold.disconnect()
+
+
 def test_send_action_caps_goals_like_the_follower_and_the_arm_reaches_them(tmp_path):
     robot = _robot(tmp_path, max_relative_target=5.0)
     robot.connect()
