@@ -114,6 +114,18 @@ def gripper_range_of(robot: Any) -> features.GripperRange:
     return features.GripperRange.from_calibration(c.range_min, c.range_max)
 
 
+# LeRobot's robot.name -> the --robot.type its CLI takes for our arm (the SO-100/101 follower class is named
+# "so_follower", which lerobot-calibrate refuses)
+CALIBRATE_TYPES = {"so_follower": "so101_follower"}
+
+
+def calibrate_command(robot: Any) -> str:
+    """The ``lerobot-calibrate`` command line for ``robot``: its CLI type, port and id."""
+    port = getattr(getattr(robot, "bus", None), "port", None)
+    return (f"lerobot-calibrate --robot.type={CALIBRATE_TYPES.get(robot.name, robot.name)}"
+            + (f" --robot.port={port}" if port else "") + f" --robot.id={robot.id}")
+
+
 def safe_connect(robot: Any, safety: SafetyFilter | None = None) -> None:
     """Connect without any prompt and without moving (A3, A10).
 
@@ -135,7 +147,7 @@ def safe_connect(robot: Any, safety: SafetyFilter | None = None) -> None:
         return
     if not getattr(robot, "calibration", None):
         raise CalibrationError(f"no calibration for robot id {robot.id!r} (looked for {robot.calibration_fpath}): "
-                               f"calibrate first (lerobot-calibrate --robot.type={robot.name} --robot.id={robot.id})")
+                               f"calibrate first ({calibrate_command(robot)})")
     check_calibration(robot.calibration, {m: mo.id for m, mo in bus.motors.items()})
     if hasattr(robot, "config") and hasattr(robot.config, "num_read_retries"):
         robot.config.num_read_retries = 0
@@ -147,7 +159,7 @@ def safe_connect(robot: Any, safety: SafetyFilter | None = None) -> None:
     try:
         if not bus.is_calibrated:
             raise CalibrationError(f"the motors' calibration differs from {robot.calibration_fpath}: recalibrate "
-                                   f"(lerobot-calibrate --robot.type={robot.name} --robot.id={robot.id})")
+                                   f"({calibrate_command(robot)})")
         present = bus.sync_read("Present_Position", normalize=False, num_retry=2)
         bus.sync_write("Goal_Position", present, normalize=False)  # the arm holds when torque comes on
         for name, cam in getattr(robot, "cameras", {}).items():

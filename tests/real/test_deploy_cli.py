@@ -184,6 +184,8 @@ def test_a_deploy_without_port_calibration_or_camera_says_which_and_moves_nothin
     assert run_main(args) == 2
     err = capsys.readouterr().err
     assert "no calibration for robot id 'arm'" in err and len(err.strip().splitlines()) == 1
+    # the fix named as LeRobot's CLI takes it (its class name "so_follower" is no --robot.type)
+    assert "lerobot-calibrate --robot.type=so101_follower --robot.port=/dev/no-such-port --robot.id=arm" in err
     (cal / "arm.json").write_text('{"shoulder_pan": {"id": 1')
     assert run_main(args) == 2
     assert "arm.json" in capsys.readouterr().err
