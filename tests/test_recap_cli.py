@@ -400,6 +400,13 @@ def test_the_improvement_loop_runs_records_interventions_and_resumes(tmp_path, c
     err = capsys.readouterr().err
     assert "collected" not in err and "round 1: success" in err
     assert int(read_meta(run / "data").info["total_episodes"]) == 4
+    # resuming with other settings is refused, naming them, and the run's config.yaml is left as it was
+    config = (run / "config.yaml").read_text()
+    changed = [a if not a.startswith("episodes_per_round=") else "episodes_per_round=3" for a in args]
+    assert main(changed) == 2
+    err = capsys.readouterr().err
+    assert "episodes_per_round: 2 then, 3 now" in err and "give a new run_dir" in err
+    assert (run / "config.yaml").read_text() == config
 
 
 def test_init_policy_starts_from_another_runs_weights_and_refuses_a_misfit(dataset, tmp_path, capsys):

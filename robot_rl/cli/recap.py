@@ -267,6 +267,38 @@ class _State:
         os.replace(tmp, self.path)
 
 
+# What a resumed loop may change: how many rounds (to extend it) and how this machine runs it
+RESUME_FREE = ("rounds", "run_dir", "device", "torch_threads", "progress")
+
+
+def check_resume_settings(run: Path, raw: dict[str, Any], state: _State) -> None:
+    """A run folder holding finished stages resumes only with the settings that made them (``RESUME_FREE`` aside):
+    anything else would mix rounds made one way with rounds made another, and its config.yaml would lie.
+
+    Raises:
+        ValueError: naming each setting that differs, its value then and now.
+    """
+    from omegaconf import OmegaConf
+
+    path = run / "config.yaml"
+    if not state.data["done"] or not path.is_file():
+        return
+    then = OmegaConf.to_container(OmegaConf.load(path), resolve=True)  # as written: interpolations unresolved
+
+    def flat(d: Any, prefix: str = "") -> dict[str, Any]:
+        if not isinstance(d, dict):
+            return {prefix: d}
+        return {k: v for key, sub in d.items() for k, v in flat(sub, f"{prefix}{key}.").items()} if d else {prefix: d}
+
+    a, b = flat(then), flat(raw)
+    changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k.split(".")[0] not in RESUME_FREE)
+    if changed:
+        shown = "; ".join(f"{k.rstrip('.')}: {a.get(k)!r} then, {b.get(k)!r} now" for k in changed[:8])
+        raise ValueError(f"run_dir={run} holds a recap run made with other settings ({shown}"
+                         f"{'; ...' if len(changed) > 8 else ''}): resume it with the same ones (only "
+                         f"{', '.join(RESUME_FREE)} may change), or give a new run_dir")
+
+
 def _num_episodes(data: Path) -> int:
     from robot_rl.data.lerobot_loader import read_meta
 
@@ -325,8 +357,9 @@ def recap(cfg: Any) -> dict[str, Any]:
     seed_everything(cmd.seed)
     run = Path(cmd.run_dir or f"runs/recap_{task}_{time.strftime('%Y%m%d_%H%M%S')}")
     run.mkdir(parents=True, exist_ok=True)
-    (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     state, data = _State(run / STATE_FILE), run / "data"
+    check_resume_settings(run, raw, state)
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     if cmd.init_run and state.done("round_0/train") is None:  # once adopted, a resume no longer needs the source
         check_init_run(Path(cmd.init_run), Path(cmd.init_dataset))
     max_len = int(task_cfg.episode_length)
