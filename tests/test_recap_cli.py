@@ -400,6 +400,16 @@ def test_the_improvement_loop_runs_records_interventions_and_resumes(tmp_path, c
     err = capsys.readouterr().err
     assert "collected" not in err and "round 1: success" in err
     assert int(read_meta(run / "data").info["total_episodes"]) == 4
+    # killed while round 1's collection wrote an episode (its info.json torn): the rerun rolls the dataset back to
+    # its last whole episode and goes on from there
+    for stage in ("round_1/collect", "round_1/train", "round_1/eval"):
+        state["done"].pop(stage, None)
+    (run / "state.json").write_text(json.dumps(state))
+    info = run / "data" / "meta" / "info.json"
+    info.write_text(info.read_text()[:40])
+    assert main(args) == 0, capsys.readouterr().err
+    assert "rolled back" in capsys.readouterr().err
+    assert int(read_meta(run / "data").info["total_episodes"]) == 4
     # resuming with other settings is refused, naming them, and the run's config.yaml is left as it was
     config = (run / "config.yaml").read_text()
     changed = [a if not a.startswith("episodes_per_round=") else "episodes_per_round=3" for a in args]

@@ -299,6 +299,16 @@ def check_resume_settings(run: Path, raw: dict[str, Any], state: _State) -> None
                          f"{', '.join(RESUME_FREE)} may change), or give a new run_dir")
 
 
+def _roll_back_a_torn_episode(data: Path) -> None:
+    """The loop's dataset as its last committed episode left it: a collection killed while writing an episode leaves
+    its files half-written and info.json maybe truncated or counting it (``repair_dataset``; a no-op when whole)."""
+    from robot_rl.data.recorder import read_commit, repair_dataset
+
+    if data.is_dir() and read_commit(data) is not None:
+        for path in repair_dataset(data):
+            print(f"recap: rolled back {path} (a collection stopped mid-episode)", file=sys.stderr)
+
+
 def _num_episodes(data: Path) -> int:
     from robot_rl.data.lerobot_loader import read_meta
 
@@ -374,6 +384,7 @@ def recap(cfg: Any) -> dict[str, Any]:
                 shutil.copytree(cmd.init_dataset, data)  # the source is only read
                 result = {"episodes": _num_episodes(data), "copied_from": str(cmd.init_dataset)}
             else:
+                _roll_back_a_torn_episode(data)  # a crash inside this stage: back to its last whole episode
                 first = state.start(stage, _num_episodes(data))
                 want = cmd.initial_episodes if r == 0 else cmd.episodes_per_round
                 left = want - (_num_episodes(data) - first)
