@@ -105,6 +105,16 @@ def test_robot_rl_eval_runs_an_offline_policy_on_a_task_it_names(lerobot_dataset
     assert report["temporal_ensemble"] == 0.01 and report["mean_of_samples"] == 2
     assert report["sample_reduction"] == "medoid"
     assert report["median_actions"] == ["wrist_roll.pos", "gripper.pos"]
+    assert report["task"] == "so101_pick" and report["randomization"] == {"light_scale": [0.6, 1.2]}
+    # without out_dir: one folder per task; a task of another robot is one line naming why
+    assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_lift", "task.episode_length=4",
+                 "num_episodes=1", "num_envs=1", "video=false"]) == 0
+    (lift_eval,) = (tmp_path / "run").glob("eval_*_so101_lift")
+    assert json.loads((lift_eval / "eval.json").read_text())["task"] == "so101_lift"
+    capsys.readouterr()
+    assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=humanoid_walk", "num_episodes=1", "num_envs=1",
+                 "video=false"]) == 2
+    assert "only the SO-101 tasks give" in capsys.readouterr().err
     assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "median_actions=[wrist.pos]"]) == 2
     assert "median_actions names ['wrist.pos']" in capsys.readouterr().err
     assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_pick", "sample_reduction=mode"]) == 2

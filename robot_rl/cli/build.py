@@ -236,7 +236,11 @@ def policy_view(env: VecEnv, policy: Any) -> VecEnv:
     inputs = policy.processor.features.inputs
     cams = [k[len(keys.OBS_IMAGES):] for k in inputs if k.startswith(keys.OBS_IMAGES)]
     size = tuple(inputs[keys.lerobot_image_key(cams[0])][-2:]) if cams else (64, 64)
-    return LeRobotView(env, cameras=cams, image_size=size)
+    try:
+        return LeRobotView(env, cameras=cams, image_size=size)
+    except TypeError as e:  # a task of another robot: a setting to change, not a crash
+        raise ValueError(f"this policy reads an SO-101's LeRobot frames (joints in degrees, cameras {cams}), which "
+                         f"only the SO-101 tasks give: {e}") from e
 
 
 # ---------------------------------------------------------------------------------------------------- run

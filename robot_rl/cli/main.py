@@ -173,9 +173,11 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
         sim_raw["randomization"] = {**sim_raw.get("randomization", {}), **changed}
     sim_cfg = sim_config_from_dict(sim_raw)
     run_dir = folder.parent.parent
-    out_dir = Path(e.out_dir) if e.out_dir else run_dir / f"eval_{folder.name}"
+    # a policy trained offline may be evaluated on several tasks: each gets its own folder
+    out_dir = Path(e.out_dir) if e.out_dir else run_dir / (f"eval_{folder.name}" + (f"_{task}" if e.task else ""))
     ev = dataclasses.replace(e, checkpoint=str(folder))
-    extra = {"checkpoint": str(folder), "env_steps": meta.get("env_steps"), "iteration": meta.get("iteration"),
+    extra = {"checkpoint": str(folder), "task": task, "randomization": changed or None,
+             "env_steps": meta.get("env_steps"), "iteration": meta.get("iteration"),
              "executed_steps": e.executed_steps, "temporal_ensemble": e.temporal_ensemble,
              "mean_of_samples": e.mean_of_samples, "sample_reduction": e.sample_reduction,
              "median_actions": e.median_actions}
