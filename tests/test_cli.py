@@ -206,6 +206,17 @@ def test_a_misspelled_key_is_an_error_naming_it_and_the_key_meant(overrides, exp
     assert expected in err and "To append" not in err, err
 
 
+def test_an_unknown_choice_names_the_real_choices_and_a_missing_setting_is_named(capsys):
+    """algo=ppoo: the algo choices, not Hydra's listing with the *_schema entries and its search path; a setting
+    without a default (collect's dataset.root) is named with how to give it."""
+    assert main(["train", "algo=ppoo"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown algo 'ppoo' (did you mean 'ppo'?)" in err and "_schema" not in err
+    assert "Config search path" not in err
+    assert main(["collect", "task=so101_lift", "episodes=1"]) == 2
+    assert "dataset.root is required" in capsys.readouterr().err
+
+
 def test_did_you_mean():
     from robot_rl.cli.config import did_you_mean
 

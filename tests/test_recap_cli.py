@@ -120,7 +120,8 @@ def test_a_hil_serl_recording_labels_outcomes_from_next_reward_and_corrections_f
                       ("awr", "algo.labels.successful_episodes=[0,2]"), ("awr", "algo.labels.failed_episodes=[1,3]")):
         run = tmp_path / how.split("=")[0].split(".")[-1]
         assert _offline(algo, root, run, "steps=2", how) == 0, capsys.readouterr().err
-        assert "outcomes: 2 of 4 episodes succeed" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "outcomes: 2 of 4 episodes succeed" in err and f"\n{algo}: labelled 46 frames" in err  # its own name
         labels, _ = read_sidecar(run / "labels")
         np.testing.assert_allclose(labels.value_target, expected, atol=1e-6, err_msg=how)
         assert not labels.intervention.any()  # no 'intervention' column: no corrections

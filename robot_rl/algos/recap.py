@@ -368,13 +368,15 @@ def _frame_table(sampler: Any) -> dict[str, np.ndarray]:
 
 def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device: torch.device,
                        log: Callable[[int, dict[str, float]], None] | None = None,
-                       pretrained: tuple[ValueModel, dict[str, Any], str] | None = None) -> tuple[Labels, dict[str, Any]]:
+                       pretrained: tuple[ValueModel, dict[str, Any], str] | None = None,
+                       name: str = "recap") -> tuple[Labels, dict[str, Any]]:
     """Fit the value model on every frame of ``sampler`` (or take ``cfg.value.pretrained``'s), label them, and write
     ``<run_dir>/value`` and the sidecar ``<run_dir>/labels``. Either is reused when it exists for the same data
     (fingerprint) and settings, so a resumed run skips the stages it finished; the value model only needs the same
     value settings and targets (M, C), so a relabelling (another N or positive fraction) reuses it. Returns the labels
     and a summary (timings, VOC, AUC). ``pretrained``: ``load_pretrained_value``'s result for
-    ``cfg.value.pretrained`` when the caller has already loaded (and so checked) it."""
+    ``cfg.value.pretrained`` when the caller has already loaded (and so checked) it; ``name``: the algorithm, which
+    starts its log lines."""
     fingerprint = sampler.fingerprint()
     targets_cfg = target_settings(cfg.labels)
     if not cfg.value.pretrained:
@@ -400,7 +402,7 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
     if (labels_dir / "labels.json").is_file():
         labels, meta = read_sidecar(labels_dir)
         if meta.get("dataset") == fingerprint and meta.get("settings") == settings:
-            print(f"recap: reusing the labels in {labels_dir}", file=sys.stderr)
+            print(f"{name}: reusing the labels in {labels_dir}", file=sys.stderr)
             return labels, meta.get("summary", {})
     targets, max_len = targets_for(cols, success_col, cfg.labels)
     model = None
@@ -409,14 +411,14 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
         if meta.get("dataset") != fingerprint or meta.get("settings") != value_settings:
             model = None
         else:
-            print(f"recap: reusing the value model in {value_dir}", file=sys.stderr)
+            print(f"{name}: reusing the value model in {value_dir}", file=sys.stderr)
     if model is None and pretrained is not None:
         model, source_meta, digest = pretrained
         summary["value_pretrained"] = {"path": str(cfg.value.pretrained), "manifest_sha256": digest,
                                        "fitted_on_dataset": source_meta.get("dataset")}
         save_value_model(model, value_dir, {"dataset": fingerprint, "settings": value_settings,
                                             "max_episode_length": max_len, "pretrained": summary["value_pretrained"]})
-        print(f"recap: labelling with the pretrained value model {cfg.value.pretrained}", file=sys.stderr)
+        print(f"{name}: labelling with the pretrained value model {cfg.value.pretrained}", file=sys.stderr)
     elif model is None:
         start = time.perf_counter()
         model = ValueModel.from_stats(sampler.stats, sampler.tasks, value_config_for(sampler, cfg.value.model))
@@ -432,7 +434,7 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
     summary["label_s"] = round(time.perf_counter() - start, 2)
     summary.update(value_scores(labels, cols[success_col]))
     write_sidecar(labels, labels_dir, {"dataset": fingerprint, "settings": settings, "summary": summary})
-    print(f"recap: labelled {len(values)} frames: {labels.positive_fraction:.2f} positive "
+    print(f"{name}: labelled {len(values)} frames: {labels.positive_fraction:.2f} positive "
           f"({int(labels.intervention.sum())} correction frames), value MAE {summary['value_mae']:.3f}, "
           f"VOC {summary['voc']:.3f}, success AUC {summary['success_auc']:.3f}", file=sys.stderr)
     return labels, summary

@@ -117,12 +117,15 @@ class EvalCommand(EvalSettings):
 def typed(cls: type, values: dict[str, Any], where: str) -> Any:
     """``cls(**values)`` through OmegaConf's type checks; errors name the key, the value and what is allowed."""
     from omegaconf import OmegaConf
-    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+    from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
     prefix = f"{where}." if where else ""
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), OmegaConf.create(values))
         return OmegaConf.to_object(merged)
+    except MissingMandatoryValue as e:  # a setting without a default that the command line did not give
+        key = f"{prefix}{getattr(e, 'full_key', None) or getattr(e, 'key', None) or ''}"
+        raise ValueError(f"{key} is required: give it on the command line ({key}=...)") from None
     except OmegaConfBaseException as e:  # wrong type or unknown key: name it and say what is allowed
         key = f"{prefix}{getattr(e, 'full_key', None) or getattr(e, 'key', None) or ''}"
         msg = str(e).splitlines()[0]
@@ -148,6 +151,11 @@ def explain_unknown_override(error: str, overrides: list[str], compose: Callable
     that do exist (Hydra refused the value), come back as they were."""
     from omegaconf import DictConfig
 
+    group = re.search(r"Could not find '([^']+)/([^'/]+)'", error)
+    if group is not None:  # an unknown choice of a config group (algo=bcc): its real choices, not the schemas
+        choices = [c for c in re.findall(r"^\t(\S+)$", error, re.MULTILINE) if not c.endswith("_schema")]
+        name, choice = group.group(1), group.group(2)
+        return f"unknown {name} {choice!r}{did_you_mean(choice, choices)}; the {name} choices are {choices}"
     m = re.match(r"Could not override '([^']+)'", error)
     if m is None:
         return error

@@ -296,7 +296,7 @@ def _advantage_sampler(algo_name: str, sampler: Any, adv_cfg: Any, awr_cfg: Any,
             print(f"value model: step {step}/{adv_cfg.value.steps}: " + ", ".join(
                 f"{k} {v:.4f}" for k, v in scalars.items()), file=sys.stderr)
 
-    labels, summary = prepare_advantages(sampler, adv_cfg, run_dir, device, log, pretrained)
+    labels, summary = prepare_advantages(sampler, adv_cfg, run_dir, device, log, pretrained, algo_name)
     summary = {**summary, "positive_fraction": labels.positive_fraction,
                "thresholds": {str(k): v for k, v in labels.thresholds.items()}}
     if algo_name == "recap":
