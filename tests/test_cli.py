@@ -277,10 +277,11 @@ def _slow_fsync_env(tmp_path: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]))
 
 
-def _train_with_kills(run_dir: Path, args: list[str], kills: int, seed: int, env: dict[str, str]) -> tuple[int, int]:
-    """Run to completion, SIGKILLing it ``kills`` times at random moments after some progress, resuming each
-    time with ``resume=RUN`` alone (the run folder comes from the checkpoint). Returns (kills done, kills that hit
-    an unfinished checkpoint write).
+def _train_with_kills(run_dir: Path, args: list[str], kills: int, seed: int, env: dict[str, str],
+                      in_write: bool = False) -> tuple[int, int]:
+    """Run to completion, SIGKILLing it ``kills`` times at random moments after some progress (``in_write``: the
+    moment the next checkpoint write has started), resuming each time with ``resume=RUN`` alone (the run folder
+    comes from the checkpoint). Returns (kills done, kills that hit an unfinished checkpoint write).
 
     Each resumed process must say it resumed from the latest checkpoint at that checkpoint's iteration (> 0), keep
     the learning curve up to it untouched and append only the iterations after it: a run that silently started
@@ -299,7 +300,11 @@ def _train_with_kills(run_dir: Path, args: list[str], kills: int, seed: int, env
         if done < kills:
             while proc.poll() is None and _latest(run_dir) == before:  # at least one new checkpoint
                 time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.6))
+            if in_write:  # the next checkpoint's temporary folder appears: kill inside its write
+                while proc.poll() is None and not any((run_dir / "checkpoints").glob(".tmp-iter_*")):
+                    time.sleep(0.001)
+            else:
+                time.sleep(rng.uniform(0.0, 0.6))
             if proc.poll() is None:
                 inside += any((run_dir / "checkpoints").glob(".tmp-iter_*"))
                 proc.send_signal(signal.SIGKILL)
@@ -345,21 +350,29 @@ def _assert_same_final_state(a: Path, b: Path) -> None:
 
 
 def _kill_resume_case(tmp_path: Path, kills: int, iterations: int, seed: int,
-                      args: list[str] | None = None) -> None:
+                      args: list[str] | None = None, in_write: bool = False) -> None:
     """``iterations`` iterations of 8 envs x 8 steps, straight vs SIGKILLed ``kills`` times and resumed."""
     args = [*(DETERMINISTIC if args is None else args), f"total_steps={8 * 8 * iterations}"]
     reference = tmp_path / "reference"
     out = _run(["train", *args, f"run_dir={reference}"])
     assert out.returncode == 0, out.stderr[-3000:]
-    done, inside = _train_with_kills(tmp_path / "killed", args, kills, seed, _slow_fsync_env(tmp_path))
+    done, inside = _train_with_kills(tmp_path / "killed", args, kills, seed, _slow_fsync_env(tmp_path), in_write)
     print(f"{done} kills, {inside} inside a checkpoint write")
     assert done == kills
+    if in_write:
+        assert inside == kills  # every kill tore a checkpoint write, and the run still ends bitwise equal
     _assert_same_final_state(reference, tmp_path / "killed")
     assert not list((tmp_path / "killed" / "checkpoints").glob(".tmp-*"))
 
 
 def test_kill_and_resume_is_bitwise_equal(tmp_path):
     _kill_resume_case(tmp_path, kills=3, iterations=16, seed=0)
+
+
+def test_kills_inside_checkpoint_writes_resume_bitwise_equal(tmp_path):
+    """Each kill lands while a checkpoint is being written (its temporary folder on disk): the torn write is
+    discarded, the run resumes from the checkpoint before it and ends in the same bits (RELIABILITY B1)."""
+    _kill_resume_case(tmp_path, kills=3, iterations=16, seed=3, in_write=True)
 
 
 # FlashSAC through the same CLI: the replay buffer, critics, targets, temperature and noise state resume too.

@@ -140,3 +140,48 @@ def test_eval_executed_steps_replaces_the_policys_own_for_every_task(lerobot_dat
     assert dataclasses.asdict(policy.cfg)["executed_steps_by_task"] == {}
     with pytest.raises(ValueError, match="for chunking policies"):
         set_executed_steps(GaussianPolicy(GaussianPolicyConfig(obs_dim=3, action_dim=2)), 2)
+
+
+def test_offline_training_killed_inside_checkpoint_writes_resumes_to_the_same_bits(lerobot_dataset, tmp_path):
+    """SIGKILL while a checkpoint is being written (twice), then ``resume=RUN``: each process says where it resumed
+    (an update > 0, the last whole checkpoint's), no temporary folder is left, and the final state (weights,
+    optimizer moments, the sampler's position) equals an uninterrupted run's bit for bit (RELIABILITY B1)."""
+    import re
+    import signal
+    import subprocess
+    import time
+
+    from robot_rl.checkpoint import flatten_tree
+    from tests.test_cli import CLI, _latest, _slow_fsync_env
+
+    args = [f"dataset.root={lerobot_dataset}", *TINY, "steps=30", "checkpoint_every=1", "checkpoint.keep_last=2"]
+    assert main(["offline", *args, f"run_dir={tmp_path / 'straight'}"]) == 0
+    run, env, resumed_at = tmp_path / "killed", _slow_fsync_env(tmp_path), []
+    ckpts = run / "checkpoints"
+    for attempt in range(3):
+        where = [f"resume={run}"] if attempt else [f"run_dir={run}"]
+        proc = subprocess.Popen([*CLI, "offline", *args, *where], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        if attempt < 2:  # a new checkpoint of this process first, then kill the moment the next one's write began
+            before, deadline = _latest(run), time.monotonic() + 240
+            while proc.poll() is None and time.monotonic() < deadline and _latest(run) == before:
+                time.sleep(0.001)
+            while proc.poll() is None and time.monotonic() < deadline and not any(ckpts.glob(".tmp-iter_*")):
+                time.sleep(0.001)
+            assert proc.poll() is None, "the run ended before a kill could land in a checkpoint write"
+            assert any(ckpts.glob(".tmp-iter_*")), "no checkpoint write began within the deadline"
+            proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+        if attempt:
+            said = re.search(r"resumed from (\S+) at update (\d+)", err)
+            assert said and int(said[2]) > 0, err[-2000:]
+            resumed_at.append(int(said[2]))
+    assert proc.returncode == 0, err[-2000:]
+    assert not list(ckpts.glob(".tmp-*"))
+    a, b = load_checkpoint(tmp_path / "straight"), load_checkpoint(run)
+    assert a.meta["updates"] == b.meta["updates"] == 30 and a.path.name == b.path.name
+    ta, _ = flatten_tree(a.state)
+    tb, _ = flatten_tree(b.state)
+    assert ta.keys() == tb.keys()
+    assert not [k for k in ta if not torch.equal(ta[k], tb[k])]
+    assert any("optimizer" in k for k in ta) and any("policy" in k for k in ta)
