@@ -126,6 +126,9 @@ NAMED = {
     "info: data_path with an unknown field": lambda r: _rewrite_info(r, lambda i: i.update(
         data_path="data/{nothing}/file.parquet")),
     "info: video_path missing": lambda r: _rewrite_info(r, lambda i: i.pop("video_path")),
+    "info: total_episodes one too many (a lost episode counted)": lambda r: _rewrite_info(r, lambda i: i.update(
+        total_episodes=i["total_episodes"] + 1)),
+    "info: total_frames short": lambda r: _rewrite_info(r, lambda i: i.update(total_frames=i["total_frames"] - 5)),
     "info: codebase v2.1": lambda r: _rewrite_info(r, lambda i: i.update(codebase_version="v2.1")),
     "info: not an object": lambda r: (r / "meta" / "info.json").write_text("[1, 2]"),
     "info: a camera of 100,000 x 100,000 pixels": lambda r: _rewrite_info(r, lambda i: i["features"][FRONT].update(

@@ -139,7 +139,15 @@ def read_meta(root: str | Path) -> DatasetMeta:
                 str(info[name]).format(chunk_index=0, file_index=0, **fields)
             except (KeyError, IndexError, ValueError) as e:
                 raise DatasetError(f"{info_path}: {name} {info[name]!r} is not a path template ({e!r})") from None
-    return DatasetMeta(root, info, _read_episodes(root, info), _read_tasks(root), _read_stats(root))
+    episodes = _read_episodes(root, info)
+    counted = {"total_episodes": len(episodes["episode_index"]),
+               "total_frames": int(np.asarray(episodes["length"], dtype=np.int64).sum())}
+    for name, n in counted.items():  # the totals LeRobot's tools and a mix's numbering read
+        if name in info and (not isinstance(info[name], int) or info[name] != n):
+            raise DatasetError(f"{info_path}: {name} is {info[name]!r} but {EPISODES_DIR} holds {n} "
+                               f"({'episodes' if name == 'total_episodes' else 'frames over its episodes'}): "
+                               f"a write that did not finish, or an edit of one file and not the other")
+    return DatasetMeta(root, info, episodes, _read_tasks(root), _read_stats(root))
 
 
 def _read_episodes(root: Path, info: dict) -> dict[str, np.ndarray]:
