@@ -46,8 +46,8 @@ def test_a_lerobot_dataset_trains_through_robot_rl_offline_and_the_export_acts(l
 def test_resumed_offline_run_equals_an_uninterrupted_one(lerobot_dataset, tmp_path):
     assert _offline(lerobot_dataset, tmp_path / "straight", "steps=6", "checkpoint_every=1") == 0
     assert _offline(lerobot_dataset, tmp_path / "split", "steps=3", "checkpoint_every=1") == 0
-    assert _offline(lerobot_dataset, tmp_path / "split", "steps=6", "checkpoint_every=1",
-                    f"resume={tmp_path / 'split'}") == 0
+    # resume=RUN alone: the run's own dataset (no dataset.root to repeat)
+    assert main(["offline", f"resume={tmp_path / 'split'}", *TINY, "steps=6", "checkpoint_every=1"]) == 0
     a, b = load_checkpoint(tmp_path / "straight"), load_checkpoint(tmp_path / "split")
     assert a.meta["updates"] == b.meta["updates"] == 6
     wa, wb = a.state["algo"]["policy"], b.state["algo"]["policy"]

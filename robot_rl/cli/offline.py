@@ -199,12 +199,20 @@ def build_offline(cfg: Any) -> OfflineTraining:
     algo_name = algo_raw.pop("name")
     if algo_name not in OFFLINE_ALGOS:
         raise ValueError(f"bad config: algo={algo_name!r} for robot-rl offline; allowed: {list(OFFLINE_ALGOS)}")
+    ckpt = load_checkpoint(s.resume) if s.resume else None
+    if ckpt is not None and not data_raw.get("root"):  # resume=RUN alone: the data the run was trained on
+        trained_on = ckpt.meta.get("config", {}).get("dataset", {})
+        for key in ("root", "mix", "episodes"):
+            if not data_raw.get(key) and trained_on.get(key):
+                data_raw[key] = full["dataset"][key] = trained_on[key]  # and so in this run's records
+                OmegaConf.update(cfg, f"dataset.{key}", trained_on[key], merge=False)
+        if data_raw.get("root"):
+            print(f"resume: dataset.root={data_raw['root']} (the run's)", file=sys.stderr)
     if not data_raw.get("root"):
         raise ValueError("bad config: dataset.root is required (a LeRobotDataset v3 folder)")
     device = resolve_device(s.device)
     seed_everything(s.seed)
     torch.set_num_threads(s.torch_threads)
-    ckpt = load_checkpoint(s.resume) if s.resume else None
     if ckpt is None and s.run_dir:  # before anything is decoded
         check_new_run_dir(s.run_dir)
     policy_raw = algo_raw.pop("policy", {})
