@@ -447,6 +447,10 @@ def check_resume_compatible(meta: dict[str, Any], expected: dict[str, Any]) -> N
     diffs = [f"{k}: checkpoint has {meta.get(k)!r}, this run has {expected[k]!r}"
              for k in RESUME_KEYS if k in expected and json.loads(json.dumps(meta.get(k)))
              != json.loads(json.dumps(expected[k]))]
+    if diffs and any(d.startswith("dataset:") for d in diffs) and "dataset_root" in expected:
+        # a fingerprint says that the data differ; the folders say which (the same folder: its content changed)
+        diffs.append(f"dataset folders: the checkpoint's {meta.get('dataset_root')!r}, this run's "
+                     f"{expected['dataset_root']!r}")
     if diffs:
         raise ResumeMismatchError("cannot resume: the checkpoint was made for a different setup; " + "; ".join(diffs))
 

@@ -58,6 +58,9 @@ def test_offline_resume_is_exact_and_refuses_other_data(tmp_path):
     other = _runner(tmp_path / "c", 100, data=_data(seed=9))
     with pytest.raises(ResumeMismatchError, match="dataset"):
         check_resume_compatible(ckpt.meta, other.meta)
+    # a run naming its dataset folder: the message names both folders, not only the fingerprints
+    with pytest.raises(ResumeMismatchError, match="dataset folders: the checkpoint's '/data/a', this run's '/data/b'"):
+        check_resume_compatible({**ckpt.meta, "dataset_root": "/data/a"}, {**other.meta, "dataset_root": "/data/b"})
 
 
 def test_lr_schedule_warmup_then_cosine_matches_hand_numbers():
