@@ -320,7 +320,8 @@ def _numpy(table: pa.Table, name: str, where: str, rows: np.ndarray | None = Non
 def _check_frames(meta: DatasetMeta, episodes: np.ndarray, cols: dict[str, np.ndarray], files: list[Path],
                   file_of_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per episode: rows present, frame_index 0..L-1, length as meta says, the global index contiguous (and unique in
-    the dataset), timestamps 1/fps apart, task known, state/action/float columns finite. Returns each row's episode start and end rows."""
+    the dataset), timestamps 1/fps apart, task known, state/action/float columns finite. Returns each row's episode
+    start and end rows."""
     ep = cols["episode_index"]
     uniq, start, count = np.unique(ep, return_index=True, return_counts=True)
 

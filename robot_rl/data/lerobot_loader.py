@@ -171,8 +171,9 @@ class ChunkSampler:
         self.video_backend = None
         for (m, _, frames, _), r0, r1 in zip(parts, rows[:-1], rows[1:]):
             self._decode(m, frames, {k: cache[r0:r1] for k, cache in self.images.items()})
-        # each dataset's global index shifted past the one before's: by its info.json total_frames, or past its highest
-        # index where total_frames understates it, so indices stay unique across the mix (labels key frames by them)
+        # each dataset's global index shifted past the one before's: by its info.json total_frames (read_meta checked
+        # it against the episodes), or past its highest index where info.json has none, so indices stay unique across
+        # the mix (labels key frames by them)
         index_offsets = np.cumsum([0] + [max(int(m.info.get("total_frames", 0)),
                                              int(np.max(f.columns["index"], initial=-1)) + 1)
                                          for m, _, f, _ in parts[:-1]])
