@@ -144,6 +144,19 @@ def test_a_hil_serl_recording_labels_outcomes_from_next_reward_and_corrections_f
         err = capsys.readouterr().err
         assert "no episode of dataset" in err and "successful_episodes" in err, err
         assert not (tmp_path / "no_success").exists()
+    # the success column read from the data files alone: refused before any video is decoded
+    import robot_rl.data.lerobot_loader as loader
+
+    def no_decoding(*a, **kw):
+        raise AssertionError("the dataset was loaded (its videos decoded) before the refusal")
+
+    original, loader.ChunkSampler.__init__ = loader.ChunkSampler.__init__, no_decoding
+    try:
+        assert _offline("recap", root, tmp_path / "no_success", "steps=2", "algo.labels.success_column=next.reward",
+                        "algo.labels.success_threshold=2.0") == 2
+    finally:
+        loader.ChunkSampler.__init__ = original
+    assert "no episode of dataset" in capsys.readouterr().err
     assert tree_hash(root) == before
 
 

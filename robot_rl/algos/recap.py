@@ -275,11 +275,39 @@ def check_some_success(sampler: Any, labels: LabelConfig) -> str:
     what = (f"algo.labels.{labels.named_episodes[0]} leaves none" if labels.named_episodes is not None else
             f"{labels.success_column!r} is never >= {labels.success_threshold} in its {sampler.num_episodes} "
             f"episodes")
-    raise ValueError(f"no episode of dataset {sampler.cfg.root} succeeds ({what}): RECAP and AWR learn from the "
-                     f"difference between successes and failures. A real arm cannot report success: name the "
-                     f"episodes that succeeded with algo.labels.successful_episodes=[...] or those that failed with "
-                     f"algo.labels.failed_episodes=[...] (a success is solved on its last frame); algo=bc needs no "
-                     f"outcomes")
+    raise ValueError(_no_success(sampler.cfg.root, what))
+
+
+def check_success_recorded(metas: Any, labels: LabelConfig) -> None:
+    """Before anything is decoded: refuse datasets whose success column is never solved in any episode (read from
+    the data files alone). ``check_some_success`` checks the frames actually loaded later (an episode subset, named
+    episodes); this catches the common case (a real arm's recording) without decoding its videos first.
+
+    Raises:
+        ValueError: as ``check_some_success``.
+    """
+    from robot_rl.data.lerobot_format import read_frames
+
+    if labels.named_episodes is not None:
+        return
+    col, episodes = labels.success_column, 0
+    for m in metas:
+        if col not in m.features:
+            continue
+        eps = np.asarray(m.episodes["episode_index"], dtype=np.int64)
+        episodes += len(eps)
+        values = read_frames(m, eps, [col]).columns[col].astype(np.float64)
+        if (values >= labels.success_threshold).any():
+            return
+    raise ValueError(_no_success(metas[0].root, f"{col!r} is never >= {labels.success_threshold} in its {episodes} "
+                                                f"episodes"))
+
+
+def _no_success(root: Any, what: str) -> str:
+    return (f"no episode of dataset {root} succeeds ({what}): RECAP and AWR learn from the difference between "
+            f"successes and failures. A real arm cannot report success: name the episodes that succeeded with "
+            f"algo.labels.successful_episodes=[...] or those that failed with algo.labels.failed_episodes=[...] (a "
+            f"success is solved on its last frame); algo=bc needs no outcomes")
 
 
 def outcome_columns(metas: Any, labels: LabelConfig | None = None) -> tuple[list[str], list[str]]:

@@ -223,6 +223,7 @@ def build_offline(cfg: Any) -> OfflineTraining:
             AdvantageConfig,
             RecapConfig,
             check_outcome_columns,
+            check_success_recorded,
             outcome_columns,
             recap_policy_overrides,
         )
@@ -236,6 +237,7 @@ def build_offline(cfg: Any) -> OfflineTraining:
             policy_raw = recap_policy_overrides(policy_raw)
         metas = [read_meta(r) for r in [data_raw["root"], *(data_raw.get("mix") or [])]]
         check_outcome_columns(metas, adv_cfg.labels)
+        check_success_recorded(metas, adv_cfg.labels)
         columns, fill = outcome_columns(metas, adv_cfg.labels)
         extra, filled = list(data_raw.get("extra_columns") or []), list(data_raw.get("fill_missing") or [])
         data_raw["extra_columns"] = extra + [c for c in columns if c not in extra]
