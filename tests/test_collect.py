@@ -511,6 +511,7 @@ def test_collect_end_to_end_a_full_disk_stops_it_cleanly_and_appending_resumes(t
     (["dataset.codec=h264", "dataset.root=X"], "dataset.codec"),
     (["episodes=3"], "dataset.root"),
     (["episodes=0", "dataset.root=X"], "episodes must be >= 1"),
+    (["episodes=1", "dataset.root=X", "task=humanoid_walk"], "is not one of ['so101_lift', 'so101_pick'"),
 ])
 def test_a_bad_collect_config_exits_2(tmp_path, capsys, args, message):
     args = [a.replace("=X", f"={tmp_path / 'ds'}") for a in args]

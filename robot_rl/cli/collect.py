@@ -300,7 +300,7 @@ def collect(cfg: Any) -> Collected:
     from robot_rl.cli.build import seed_everything
     from robot_rl.cli.config import resolve_device, typed
     from robot_rl.data.recorder import DatasetSpec, EpisodeRecorder
-    from sim.experts import make_expert
+    from sim.experts import EXPERTS, make_expert
     from sim.lerobot_view import LeRobotView
     from sim.registry import config_from_dict, make_env, sim_config_from_dict
     from sim.so101 import LEROBOT_STATE_NAMES
@@ -312,6 +312,9 @@ def collect(cfg: Any) -> Collected:
     torch.set_num_threads(c.torch_threads)
     seed_everything(c.seed)
     task_name = task_raw.pop("name")
+    if task_name not in EXPERTS:  # before the task's config, which has no cameras outside the SO-101 tasks
+        raise ValueError(f"robot-rl collect records the SO-101 tasks in LeRobot's frames, each with its scripted "
+                         f"expert: task={task_name!r} is not one of {sorted(EXPERTS)}")
     task_cfg, sim_cfg = config_from_dict(task_name, task_raw), sim_config_from_dict(sim_raw)
     cameras = tuple(task_cfg.cameras)  # recorded through the view, which renders them itself
     size = (int(task_cfg.image_height), int(task_cfg.image_width))
