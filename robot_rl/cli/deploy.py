@@ -151,7 +151,10 @@ def _decode(kind: str, raw: dict[str, Any]) -> Any:
     try:
         return draccus.decode(cls, raw)
     except Exception as e:  # noqa: BLE001 - draccus's DecodingError, or the config's own validation
-        raise ValueError(f"bad {kind} config ({name}): {e}") from None
+        said = e  # draccus wraps the config's own ValueError in "Couldn't instantiate ...": show what that said
+        while str(said).startswith("Couldn't instantiate") and (said.__cause__ or said.__context__) is not None:
+            said = said.__cause__ or said.__context__
+        raise ValueError(f"bad {kind} config ({name}): {said}") from None
 
 
 def build_robot(raw: dict[str, Any]) -> Any:

@@ -154,6 +154,11 @@ def test_a2_a_deploy_without_a_cap_or_with_a_misspelled_key_is_refused(tmp_path,
     assert "safety.max_relative_target is required" in err and len(err.strip().splitlines()) == 1
     assert run_main(["deploy", *SIM, f"checkpoint={policy}", "robot.image_hieght=32"]) == 2
     assert "image_hieght" in capsys.readouterr().err
+    # the robot config's own check, not draccus's "Couldn't instantiate ..."; a bad value names its field
+    assert run_main(["deploy", *SIM, f"checkpoint={policy}", "robot.task=so101_lfit"]) == 2
+    assert "robot.task='so101_lfit': so101_sim has the scenes" in capsys.readouterr().err
+    assert run_main(["deploy", *SIM, f"checkpoint={policy}", "robot.image_height=abc"]) == 2
+    assert "image_height" in capsys.readouterr().err
     # a lookahead that would skip every step of the VLA's chunks reaches the driver and is refused there
     assert run_main(["deploy", *SIM, f"checkpoint={policy}", "lookahead=99", "realtime=false"]) == 2
     assert "lookahead 99 skips every step" in capsys.readouterr().err
