@@ -134,6 +134,13 @@ class SO101SimRobot(Robot):
         """Nothing to configure (the servos' gains are the model's)."""
 
     @check_if_already_connected
+    def use_task_config(self, task_cfg: Any) -> None:
+        """Build the scene from ``task_cfg`` (a typed config of ``config.task``: e.g. a run's own, so a state policy's
+        actions map to joint targets as in training) at ``connect``; refused once connected."""
+        if self.is_connected:
+            raise RuntimeError(f"{self}: the scene is built at connect; set its task config before")
+        self._task_cfg = task_cfg
+
     def connect(self, calibrate: bool = True) -> None:
         """Build the scene (one env of ``config.task`` on the CPU MuJoCo backend) and start it."""
         import dataclasses

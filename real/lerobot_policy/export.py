@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from lerobot.configs.types import FeatureType, PolicyFeature
@@ -20,7 +21,7 @@ from lerobot.utils.constants import ACTION, OBS_STATE
 from policies import keys, load_policy
 from real import features
 from real.lerobot_policy.configuration_robot_rl import RobotRLConfig
-from real.lerobot_policy.modeling_robot_rl import RobotRLPolicy
+from real.lerobot_policy.modeling_robot_rl import PROPRIO, RobotRLPolicy, policy_kind
 from real.lerobot_policy.processor_robot_rl import make_robot_rl_pre_post_processors
 
 ARM_FIELDS = ("action_mode", "max_delta", "max_delta_gripper")  # of a task config (sim.tasks.common.ArmTaskConfig)
@@ -53,6 +54,11 @@ def export_for_lerobot(policy_dir: str | Path, out_dir: str | Path, gripper_unit
     """
     policy_dir, out_dir = Path(policy_dir), Path(out_dir)
     inner = load_policy(policy_dir, device=device)
+    arm = _arm_settings(policy_dir)
+    if not arm and policy_kind(inner) == PROPRIO:  # normalised actions, mapped to joint targets the task's way
+        print(f"export: no meta.json beside {policy_dir} (a checkpoint's policy has one): its actions will be mapped "
+              f"to joint targets the way the task config defaults say (action_mode {RobotRLConfig.action_mode!r}); "
+              f"export runs/<run>/checkpoints/<it>/policy to keep the training's", file=sys.stderr)
     inputs = {OBS_STATE: PolicyFeature(FeatureType.STATE, (len(features.POS_FEATURES),))}
     for key, shape in inner.processor.features.inputs.items():
         if key.startswith(keys.OBS_IMAGES):
@@ -61,7 +67,7 @@ def export_for_lerobot(policy_dir: str | Path, out_dir: str | Path, gripper_unit
     cfg = RobotRLConfig(device=device, input_features=inputs,
                         output_features={ACTION: PolicyFeature(FeatureType.ACTION, (len(features.POS_FEATURES),))},
                         gripper_units=gripper_units, gripper_low_deg=g.low_deg, gripper_high_deg=g.high_deg,
-                        n_action_steps=n_action_steps, **_arm_settings(policy_dir))
+                        n_action_steps=n_action_steps, **arm)
     policy = RobotRLPolicy(cfg, inner=inner)
     policy.save_pretrained(out_dir)
     pre, post = make_robot_rl_pre_post_processors(cfg)

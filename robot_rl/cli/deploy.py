@@ -205,6 +205,32 @@ def load_any_policy(path: str, device: Any) -> Any:
     return load_policy(folder / POLICY_DIR, device)
 
 
+def match_state_policy_scene(robot: Any, policy: Any, path: str) -> None:
+    """A state policy trained in our simulator acts in that task's normalised actions, which the scene turns into
+    joint targets its task's way (``action_mode``, ``max_delta``: the lift recipe's gripper is an opening, not a
+    step). On ``so101_sim`` the scene is built from the task config of the run the policy came from, so the same
+    actions move the arm the same way; a scene of another task is refused. A bare policy folder carries no task
+    config: the scene keeps the task's defaults, and a warning says so. Policies on LeRobot frames (degrees) and
+    robots other than so101_sim are left alone."""
+    from policies.persistence import CONFIG_FILE
+    from real.sim_robot import SO101SimRobot
+    from robot_rl.checkpoint import load_meta
+    from robot_rl.cli.build import reads_lerobot_frames
+    from sim.registry import config_from_dict
+
+    if not isinstance(robot, SO101SimRobot) or reads_lerobot_frames(policy):
+        return
+    meta = None if (Path(path) / CONFIG_FILE).is_file() else load_meta(Path(path))[1]
+    if meta is None or "task" not in meta:
+        print(f"deploy: {path} is a policy folder without its run's task config: so101_sim acts on its actions the "
+              f"{robot.config.task} defaults' way (give the run folder to use the training's)", file=sys.stderr)
+        return
+    if meta["task"] != robot.config.task:
+        raise ValueError(f"the policy was trained on {meta['task']!r}; robot.task={robot.config.task!r} builds another "
+                         f"scene, whose state it cannot read: use robot.task={meta['task']}")
+    robot.use_task_config(config_from_dict(meta["task"], meta["task_config"]))
+
+
 def episode_mark(c: SessionSettings, takeover: Any = None) -> Any:
     """The person's marks on episodes (``success_key`` / ``failure_key``, or their schedules), or None; a keyboard
     take-over lends its keyboard, so one listener reads every key."""
@@ -337,6 +363,7 @@ def deploy(cfg: Any) -> Any:
     check_dataset_root(c.dataset.root, c.dataset.append)
     policy = load_any_policy(c.checkpoint, device)  # a bad path or file fails before any device is touched
     robot = build_robot(robot_raw)
+    match_state_policy_scene(robot, policy, c.checkpoint)
     teleop = build_teleop(teleop_raw, robot)
     takeover = takeover_source(c, teleop)
     mark = episode_mark(c, takeover)

@@ -372,3 +372,34 @@ def test_sigterm_stops_a_running_deploy_with_143_and_keeps_the_recorded_episodes
     committed = read_commit(root)["total_episodes"]
     ds = LeRobotDataset("local/ds", root=root)
     assert committed >= 1 and ds.meta.total_episodes == committed and len(ds) == 15 * committed
+
+
+def test_a_state_policy_runs_on_so101_sim_with_its_training_action_mapping(tmp_path, capsys):
+    """PPO's so101_lift recipe trains with the gripper's action an opening (task.action_mode=delta_absolute_gripper);
+    deployed from its run folder, so101_sim builds its scene with the run's task config, so the same actions move
+    the arm as in training. Another task's scene is refused; a bare policy folder keeps the defaults, with a
+    warning."""
+    from policies import load_policy
+    from robot_rl.checkpoint import POLICY_DIR, load_checkpoint
+    from robot_rl.cli.deploy import build_robot, match_state_policy_scene
+
+    run = tmp_path / "lift"
+    assert run_main(["train", "task=so101_lift", "algo=ppo", "sim.num_envs=2", "algo.num_steps=4", "total_steps=8",
+                     "algo.policy.hidden_dims=[8]", "algo.critic.hidden_dims=[8]", "eval.enabled=false",
+                     "logger.progress=false", "logger.tensorboard=false", f"run_dir={run}"]) == 0
+    policy = load_policy(load_checkpoint(run).path / POLICY_DIR)
+    robot = build_robot({"type": "so101_sim", "task": "so101_lift", "camera_names": []})
+    match_state_policy_scene(robot, policy, str(run))
+    robot.connect()
+    assert robot.view.env.task.cfg.action_mode == "delta_absolute_gripper"  # the recipe's, not the task default
+    robot.disconnect()
+    other = build_robot({"type": "so101_sim", "task": "so101_reach", "camera_names": []})
+    with pytest.raises(ValueError, match="trained on 'so101_lift'; robot.task='so101_reach'"):
+        match_state_policy_scene(other, policy, str(run))
+    capsys.readouterr()
+    bare = build_robot({"type": "so101_sim", "task": "so101_lift", "camera_names": []})
+    match_state_policy_scene(bare, policy, str(load_checkpoint(run).path / POLICY_DIR))
+    assert "without its run's task config" in capsys.readouterr().err
+    argv = ["deploy", "robot=so101_sim", "robot.task=so101_lift", "robot.camera_names=[]", f"checkpoint={run}",
+            "episodes=1", "episode_s=0.3", "realtime=false", "safety.watchdog_s=1.0"]
+    assert run_main(argv) == 0

@@ -43,11 +43,13 @@ def test_an_act_config_reads_back_equal_and_leaves_no_file(tmp_path, private_tmp
     assert list(private_tmp.iterdir()) == []
 
 
-def test_our_exported_policy_loads_through_it_and_leaves_no_file(tmp_path, private_tmp):
+def test_our_exported_policy_loads_through_it_and_leaves_no_file(tmp_path, private_tmp, capsys):
     torch.manual_seed(0)
     cfg = GaussianPolicyConfig(obs_dim=6, action_dim=6, hidden_dims=[8], obs_key=keys.PROPRIO, normalize_obs=False)
     GaussianPolicy(cfg, default_processor(keys.PROPRIO, 6, 6, False)).save(tmp_path / "gauss")
     out = export_for_lerobot(tmp_path / "gauss", tmp_path / "lerobot_gauss")
+    # a bare folder (no checkpoint meta.json): the default action mapping is assumed, and said so
+    assert "no meta.json beside" in capsys.readouterr().err
     ours = read_policy_config(out)
     assert dataclasses.asdict(ours) == dataclasses.asdict(PreTrainedConfig.from_pretrained(out))
     for leftover in private_tmp.iterdir():  # LeRobot's reader, the reference above, leaves its own: not ours
