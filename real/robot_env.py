@@ -41,7 +41,7 @@ from real.safety import (
     SafetyGuard,
     check_calibration,
 )
-from robot_rl.env import ObsSpec, VecEnv, actor_ids
+from robot_rl.env import EpisodeTracker, ObsSpec, VecEnv, actor_ids
 
 log = logging.getLogger(__name__)
 
@@ -242,6 +242,7 @@ class RobotEnv(VecEnv):
         self.num_envs, self.device, self.action_dim = 1, torch.device("cpu"), len(safety.names)
         self.control_dt, self.max_episode_length = 1.0 / fps, int(max_episode_length)
         self.gripper = gripper_range_of(robot)
+        self.episodes = EpisodeTracker(1, self.device)  # info[EPISODE] as every backend gives it
         shapes: dict[str, tuple[int, ...]] = {keys.OBS_STATE: (self.action_dim,)}
         for cam in self.cameras:
             h, w, _ = feats[cam]
@@ -325,6 +326,7 @@ class RobotEnv(VecEnv):
         if self.fixed_task is None:
             self.task = str(getattr(self.robot, "instruction", ""))
         self.steps, self._ended = 0, False
+        self.episodes.reset()
         self.clock.start()
         return self.frame(obs), {}
 
@@ -367,13 +369,17 @@ class RobotEnv(VecEnv):
                 features.robot_to_deg(torch.from_numpy(obs.present).float(), self.gripper)[None]
         self._last_sent = sent_deg
         self.steps += 1
-        success = bool(getattr(self.robot, "task_success", lambda: False)())
+        success = torch.tensor([bool(getattr(self.robot, "task_success", lambda: False)())])
         truncated = torch.tensor([self.steps >= self.max_episode_length])
         self._ended = bool(truncated[0])
-        info = {keys.ACTION_COL: sent_deg, keys.APPLIED_ACTION: sent_deg, keys.ACTOR: who,
-                keys.SUCCESS: torch.tensor([success]), REJECTED: rejected, STALE: obs.stale,
-                keys.LOG: self.counters()}
-        return self.frame(obs), torch.zeros(1), torch.zeros(1, dtype=torch.bool), truncated, info
+        reward, frame = torch.zeros(1), self.frame(obs)
+        self.episodes.add(reward, success)
+        # the VecEnv contract's keys (robot_rl.env): no auto-reset here, so the last observation is this one
+        info = {keys.ACTION_COL: sent_deg, keys.APPLIED_ACTION: sent_deg, keys.ACTOR: who, keys.SUCCESS: success,
+                keys.FINAL_OBS: frame, REJECTED: rejected, STALE: obs.stale, keys.LOG: self.counters()}
+        if self._ended:
+            info[keys.EPISODE] = self.episodes.stats()
+        return frame, reward, torch.zeros(1, dtype=torch.bool), truncated, info
 
     def end_episode(self) -> None:
         """Mark the running episode ended (a take-over or a success ends it early)."""

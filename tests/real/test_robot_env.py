@@ -82,10 +82,15 @@ def test_robot_env_contract_on_so101_sim(tmp_path):
         assert torch.equal(info[keys.APPLIED_ACTION], applied) and info[keys.ACTOR].tolist() == [keys.ACTOR_HUMAN]
         assert reward.shape == terminated.shape == truncated.shape == (1,) and terminated.dtype == torch.bool
         assert not bool(terminated[0]) and not bool(truncated[0]) and not info[REJECTED]
+        assert torch.equal(info[keys.FINAL_OBS][keys.OBS_STATE], frame2[keys.OBS_STATE])  # no auto-reset: this frame
+        assert keys.EPISODE not in info
         _, _, _, _, info = env.step(target)
         assert float(info[keys.ACTION_COL][0, 0] - frame2[keys.OBS_STATE][0, 0]) == pytest.approx(5.0, abs=1e-3)
-        _, _, _, truncated, _ = env.step(target)
+        last, _, _, truncated, info = env.step(target)
         assert bool(truncated[0])
+        # the episode's statistics as every backend gives them (robot_rl.env's contract, read by the runners)
+        assert info[keys.EPISODE][keys.EP_LENGTH].tolist() == [3] and info[keys.EPISODE][keys.EP_RETURN].tolist() == [0]
+        assert torch.equal(info[keys.FINAL_OBS][keys.OBS_STATE], last[keys.OBS_STATE])
         with pytest.raises(RuntimeError, match="reset"):
             env.step(target)
         env.reset()
