@@ -122,6 +122,7 @@ def test_a_hil_serl_recording_labels_outcomes_from_next_reward_and_corrections_f
         assert _offline(algo, root, run, "steps=2", how) == 0, capsys.readouterr().err
         err = capsys.readouterr().err
         assert "outcomes: 2 of 4 episodes succeed" in err and f"\n{algo}: labelled 46 frames" in err  # its own name
+        assert "value scale M = 15 frames, the longest episode" in err  # M not given: which stands in, said
         labels, _ = read_sidecar(run / "labels")
         np.testing.assert_allclose(labels.value_target, expected, atol=1e-6, err_msg=how)
         assert not labels.intervention.any()  # no 'intervention' column: no corrections

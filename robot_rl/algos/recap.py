@@ -38,6 +38,7 @@ from robot_rl.data.labels import (
     Labels,
     compute_labels,
     intervention_frames,
+    max_length,
     read_sidecar,
     solved_frames,
     targets_for,
@@ -271,6 +272,10 @@ def check_some_success(sampler: Any, labels: LabelConfig) -> str:
         inter = intervention_frames(cols, labels)
         if inter is not None:
             line += f"; {len(np.unique(eps[inter]))} with {labels.intervention_column} frames"
+        if labels.max_episode_length is None:  # M scales every value: the longest episode stands in for the task's
+            # time limit, so that episode's first frame is valued -1 like a failure's (robot-rl recap passes the task's)
+            line += (f"; value scale M = {max_length(eps, None)} frames, the longest episode (set "
+                     f"algo.labels.max_episode_length to the task's time limit)")
         return line
     what = (f"algo.labels.{labels.named_episodes[0]} leaves none" if labels.named_episodes is not None else
             f"{labels.success_column!r} is never >= {labels.success_threshold} in its {sampler.num_episodes} "
