@@ -44,6 +44,12 @@ FORWARD = ["task.lin_vel_x_range=[0.5,1.0]", "task.lin_vel_y_range=[0.0,0.0]", "
 EVAL_SPEED, EVAL_SECONDS, EVAL_ENVS = 0.75, 10.0, 32
 
 
+# PPO runs the library's defaults ([256, 128, 64] ELU, entropy 0.01), not DESIGN.md §5's humanoid recipe ([512, 256,
+# 128], entropy 0.005-0.008): with them it walks (humanoid.json: 0.67 m/s for a 0.75 m/s command, 0/32 falls in 50
+# min on 2 cores), and the larger networks hold 2-4x the multiply-adds per sample (by their layer sizes; not timed
+# here), which 2 cores pay in env steps per minute. The GPU script
+# (benchmarks/gpu_throughput.py) uses DESIGN's sizes; no configs/algo_task/ppo_humanoid_walk.yaml until a run on this
+# machine shows them ahead at equal wall-clock.
 ALGO_OVERRIDES = {"ppo": ["checkpoint_every=200"],
                   # the replay buffer stays out of checkpoints (exact resume is not needed here; it is ~1 GB)
                   "flashsac": ["checkpoint_every=2000", "algo.save_replay=false"]}
