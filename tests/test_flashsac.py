@@ -393,3 +393,17 @@ def test_update_statistics_are_averaged_with_device_tensors_kept_until_logging()
     out = mean_stats({"lr": [1.0, 3.0], "loss": [torch.tensor(1.0), torch.tensor(2.0)], "q": [torch.tensor(-4.0)]})
     assert out == {"lr": 2.0, "loss": 1.5, "q": -4.0}
     assert all(isinstance(v, float) for v in out.values())
+
+
+def test_the_replay_holds_the_action_the_env_applied(tmp_path):
+    """What led to o' is the env's applied action (clipped to [-1, 1]; a person's once one acts), not what the
+    learner proposed: actions of 2.0 are stored as 1.0."""
+    from tests._toy_envs import PointMassEnv
+
+    env = PointMassEnv(num_envs=4)
+    algo = make_algo(env, learning_starts=10_000)  # warm-up only: random actions, no updates
+    algo.random_action = lambda n: torch.full((n, env.action_dim), 2.0)
+    runner = make_runner(env, algo, tmp_path, total_steps=4 * 8, ckpt=False)
+    runner.learn()
+    stored = runner.replay.action[:runner.replay.size]
+    assert runner.replay.size == 8 and torch.equal(stored, torch.ones_like(stored))

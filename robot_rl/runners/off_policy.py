@@ -79,8 +79,11 @@ class OffPolicyRunner(RunnerLoop):
             next_obs, reward, terminated, truncated, info = self.step_env(action)
             next_obs = to_device(next_obs, self.device)
             reward, terminated, truncated = (x.to(self.device) for x in (reward, terminated, truncated))
-            self.replay.add(obs, action, reward, terminated, truncated, next_obs,
-                            to_device(info[keys.FINAL_OBS], self.device), info.get(keys.FAULTED))
+            # the action the env applied (clipped, a rejected row zeroed; a person's, once one acts): what led to o'
+            applied = info.get(keys.APPLIED_ACTION)
+            self.replay.add(obs, action if applied is None else applied.to(self.device), reward, terminated,
+                            truncated, next_obs, to_device(info[keys.FINAL_OBS], self.device),
+                            info.get(keys.FAULTED))
             algo.observe(reward, terminated, truncated)
             self.stats.add(info, episode_mask(terminated, truncated))
             for k, v in info.get(keys.LOG, {}).items():
