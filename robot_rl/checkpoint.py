@@ -55,6 +55,9 @@ LATEST = "latest"
 BEST = "best"
 CHECKPOINTS_DIR = "checkpoints"
 SAFE_SUFFIXES = (".safetensors", ".json")
+# what else a run folder holds (config, curve, plots, videos, logs): no weights in them, so a folder of these is "not
+# a checkpoint" rather than "unsafe"
+RUN_FOLDER_SUFFIXES = (".yaml", ".yml", ".jsonl", ".png", ".mp4", ".md", ".txt", ".log", ".csv")
 _TMP = ".tmp-"
 
 
@@ -320,10 +323,15 @@ def resolve_checkpoint(path: str | Path) -> Path:
             return _follow_pointer(folder / LATEST)
     if any((path / f).is_file() for f in (MANIFEST, STATE_TENSORS, STATE_TREE, META)):
         return path  # a checkpoint folder (verify_checkpoint says whether it is complete)
-    unsafe = [p.name for p in _files(path) if p.suffix not in SAFE_SUFFIXES and p.name not in (LATEST, BEST)]
-    if unsafe:
+    unsafe = sorted({p.name for p in _files(path) if p.suffix not in SAFE_SUFFIXES + RUN_FOLDER_SUFFIXES
+                     and p.name not in (LATEST, BEST) and "tfevents" not in p.name})
+    if unsafe:  # weights in another format (a pickle can run code when loaded): named as what they are
         raise UnsafeCheckpointError(path, f"refusing to load: it holds non-safetensors/JSON files {unsafe[:5]}")
-    raise FileNotFoundError(f"no checkpoint in {path} (no {MANIFEST}, no '{LATEST}' pointer)")
+    if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{path} is an exported policy folder, not a checkpoint: give its checkpoint "
+                                f"({path.parent}) or the run folder")
+    raise FileNotFoundError(f"no checkpoint in {path}: not a run folder (no {CHECKPOINTS_DIR}/{LATEST}) nor a "
+                            f"checkpoint folder (no {MANIFEST})")
 
 
 def _follow_pointer(pointer: Path) -> Path:

@@ -56,9 +56,9 @@ def jax_device(device: str | torch.device) -> jax.Device:
         try:
             gpus = jax.devices("gpu")
         except RuntimeError as e:
-            raise RuntimeError(
+            raise ValueError(  # a setting to change: robot-rl exits 2 with this line
                 f"sim.device={device} but JAX sees no GPU ({e}); install jax with its CUDA plugin, or set "
-                "sim.device=cpu (MJX on the CPU is for tiny tests only)") from None
+                "sim.device=cpu device=cpu (MJX on the CPU is for tiny tests only)") from None
         return gpus[device.index or 0]
     raise ValueError(f"the mjx backend runs on 'cpu' or 'cuda:k' devices, got {device}")
 

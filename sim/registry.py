@@ -41,7 +41,10 @@ def _mjx_physics(task: Task, cfg: SimConfig):
 
 
 def _warp_physics(task: Task, cfg: SimConfig):
-    from sim.warp import WarpPhysics  # imports mujoco_warp: the optional ``warp`` extra
+    try:
+        from sim.warp import WarpPhysics  # imports mujoco_warp: the optional ``warp`` extra
+    except ModuleNotFoundError as e:
+        raise ImportError(f"sim=warp needs MuJoCo Warp: pip install -e '.[warp]' ({e})") from e
 
     return WarpPhysics(task.build_spec().compile(), cfg.num_envs, cfg.device, cfg.randomization)
 

@@ -48,8 +48,9 @@ def warp_device(device: str | torch.device) -> wp.Device:
     device = torch.device(device)
     if device.type == "cuda":
         if not wp.is_cuda_available():
-            raise RuntimeError(f"sim.device={device} but Warp sees no CUDA device (driver "
-                               f"{wp.get_cuda_driver_version()}); set sim.device=cpu (tiny tests only) or use a GPU")
+            raise ValueError(f"sim.device={device} but Warp sees no CUDA device (driver "  # a setting: exit 2
+                             f"{wp.get_cuda_driver_version()}); set sim.device=cpu device=cpu (tiny tests only) or "
+                             f"use a GPU")
         return wp.get_device(f"cuda:{device.index or 0}")
     if device.type == "cpu":
         return wp.get_device("cpu")

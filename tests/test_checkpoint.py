@@ -247,6 +247,18 @@ def test_a_folder_of_safe_files_but_no_checkpoint_is_not_found_not_unsafe(tmp_pa
     (tmp_path / "weights.safetensors").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match=f"no checkpoint in {tmp_path}"):
         load_checkpoint(tmp_path)
+    # what a folder of runs holds (configs, curves, plots): not a checkpoint, said as such (not "unsafe")
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    (tmp_path / "curve.jsonl").write_text("{}\n")
+    with pytest.raises(FileNotFoundError, match="not a run folder"):
+        load_checkpoint(tmp_path)
     (tmp_path / "weights.pkl").write_bytes(b"")
     with pytest.raises(UnsafeCheckpointError, match=r"non-safetensors/JSON files \['weights\.pkl'\]"):
         load_checkpoint(tmp_path)
+    # an exported policy folder: the checkpoint above it is named
+    policy = tmp_path / "ckpt" / "policy"
+    policy.mkdir(parents=True)
+    (policy / "config.json").write_text("{}")
+    (policy / "model.safetensors").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="is an exported policy folder, not a checkpoint: give its checkpoint"):
+        load_checkpoint(policy)

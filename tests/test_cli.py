@@ -389,3 +389,24 @@ def test_kill_and_resume_flashsac_is_bitwise_equal(tmp_path):
 @pytest.mark.slow
 def test_kill_and_resume_is_bitwise_equal_20_kills(tmp_path):
     _kill_resume_case(tmp_path, kills=20, iterations=60, seed=1)
+
+
+def test_training_without_autoreset_still_evaluates(tmp_path):
+    """sim.autoreset=false is for training (the runner resets ended envs); the final evaluation and video run on
+    envs that reset themselves, so the run ends with its report (it stopped with a RuntimeError before)."""
+    run = tmp_path / "run"
+    assert main(["train", *TINY, "sim.num_envs=4", "total_steps=256", "sim.autoreset=false", "eval.num_episodes=4",
+                 "eval.num_envs=2", "eval.video_episodes=1", f"run_dir={run}"]) == 0
+    result = json.loads((run / "eval.json").read_text())
+    assert result["eval"]["num_episodes"] == 4 and (run / "policy.mp4").is_file()
+
+
+def test_a_backend_that_is_not_installed_is_one_line_naming_the_install(capsys):
+    """Isaac Lab absent (as here): exit 2 and the pip line, not an ImportError traceback."""
+    import importlib.util
+
+    if importlib.util.find_spec("isaaclab_tasks") is not None:
+        pytest.skip("Isaac Lab is installed here: this checks the machines without it")
+    assert main(["train", "sim=isaaclab", "task=isaaclab", "task.id=Isaac-Cartpole", "algo=ppo"]) == 2
+    err = capsys.readouterr().err
+    assert "error: make_isaaclab_env needs Isaac Lab (`pip install isaaclab`" in err and "Traceback" not in err

@@ -189,5 +189,6 @@ def resolve_device(name: str) -> torch.device:
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"bad config: device={name!r}; allowed: cpu, cuda, cuda:<index>, auto")
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"bad config: device={name!r} but CUDA is not available here; use device=cpu")
+        raise ValueError(f"bad config: device={name!r} but CUDA is not available here; use device=cpu (with sim=mjx "
+                         "or sim=warp also sim.device=cpu, for tiny runs only)")
     return dev

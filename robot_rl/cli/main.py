@@ -73,14 +73,17 @@ def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: 
     if env is not None:
         result["eval"] = evaluate(env, act, ev.num_episodes, ev.seed).to_json()
     else:
-        with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=ev.num_envs), task_cfg) as eval_env:
+        # evaluation envs reset themselves whatever training's sim.autoreset was (evaluate counts episodes across resets)
+        with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=ev.num_envs, autoreset=True),
+                      task_cfg) as eval_env:
             result["eval"] = evaluate(policy_view(eval_env, act), act, ev.num_episodes, ev.seed).to_json()
     if ev.video and sim_cfg.backend == ISAACLAB:
         result["video"] = None
         print("eval: no video: the Isaac Lab adapter does not render (eval.video=false skips this message)",
               file=sys.stderr)
     elif ev.video:
-        with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=1, num_threads=1), task_cfg) as video_env:
+        with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=1, num_threads=1, autoreset=True),
+                      task_cfg) as video_env:
             video = record_video(policy_view(video_env, act), act, out_dir / "policy.mp4", ev.seed,
                                  ev.video_episodes, ev.camera, ev.width, ev.height)
             result["video"] = None if video is None else str(video)  # None: not written (warned)
@@ -257,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     except (ValueError, FileNotFoundError, MalformedFileError) as err:
+        print(f"robot-rl {cmd}: error: {err}", file=sys.stderr)
+        return 2
+    except ImportError as err:  # an optional backend not installed (Isaac Lab, MuJoCo Warp): our message says how
+        if "pip install" not in str(err):
+            raise  # anything else is a bug: its traceback is what helps
         print(f"robot-rl {cmd}: error: {err}", file=sys.stderr)
         return 2
     except NonFiniteError as err:

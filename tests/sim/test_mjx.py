@@ -205,5 +205,5 @@ def test_cuda_device_without_jax_gpu_is_a_clear_error():
 
     if any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("JAX has a GPU here")
-    with pytest.raises(RuntimeError, match="JAX sees no GPU"):
+    with pytest.raises(ValueError, match="JAX sees no GPU"):
         MjxPhysics(make_task("humanoid_walk").build_spec().compile(), N, "cuda:0")

@@ -83,7 +83,7 @@ def test_warp_and_cpu_backends_draw_the_same_parameters_for_a_seed():
 def test_cuda_device_without_cuda_is_a_clear_error():
     if wp.is_cuda_available():
         pytest.skip("Warp has a CUDA device here")
-    with pytest.raises(RuntimeError, match="Warp sees no CUDA device"):
+    with pytest.raises(ValueError, match="Warp sees no CUDA device"):
         WarpPhysics(_model(), N, "cuda:0")
 
 
