@@ -410,3 +410,21 @@ def test_a_backend_that_is_not_installed_is_one_line_naming_the_install(capsys):
     assert main(["train", "sim=isaaclab", "task=isaaclab", "task.id=Isaac-Cartpole", "algo=ppo"]) == 2
     err = capsys.readouterr().err
     assert "error: make_isaaclab_env needs Isaac Lab (`pip install isaaclab`" in err and "Traceback" not in err
+
+
+def test_a_resume_that_cannot_continue_the_run_is_refused_before_anything_is_written(tmp_path, capsys):
+    """Another sim.num_envs (the checkpoint holds each env's state) or, in the run's own folder, a checkpoint that is
+    not its latest (that would rewind the run in place): exit 2 naming what to do; branching an earlier checkpoint
+    into a new folder works."""
+    run = tmp_path / "run"
+    base = [*TINY, "checkpoint_every=2", "checkpoint.keep_last=3", "eval.enabled=false", "logger.tensorboard=false"]
+    assert main(["train", *base, "total_steps=512", f"run_dir={run}"]) == 0  # 8 iterations: 4, 6, 8 kept
+    curve = (run / "curve.jsonl").read_text()
+    assert main(["train", *base, "sim.num_envs=4", "total_steps=1024", f"resume={run}"]) == 2
+    assert "has sim.num_envs=8; this resume asks 4: give sim.num_envs=8" in capsys.readouterr().err
+    earlier = run / "checkpoints" / "iter_00000004"
+    assert main(["train", *base, "total_steps=1024", f"resume={earlier}"]) == 2
+    assert "iter_00000004 is not the latest checkpoint" in capsys.readouterr().err
+    assert (run / "curve.jsonl").read_text() == curve and earlier.is_dir()  # nothing rewound
+    assert main(["train", *base, "total_steps=1024", f"resume={earlier}", f"run_dir={tmp_path / 'branch'}"]) == 0
+    assert "resumed from" in capsys.readouterr().err and (tmp_path / "branch" / "checkpoints" / "latest").is_file()

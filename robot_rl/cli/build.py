@@ -309,8 +309,9 @@ def build_training(cfg: Any) -> Training:
     demo = build_demo_buffer(demo_s, algo_name, env, algo, task_cfg, device)  # before any write: a bad one fails here
     meta = {"task": task_name, "algo": algo_name, "obs_spec": env.obs_spec.to_json(), "action_dim": env.action_dim,
             "task_config": dataclasses.asdict(task_cfg), "config": full}
-    if ckpt is not None:
+    if ckpt is not None:  # another task or algorithm first, then what else cannot continue (nothing written yet)
         check_resume_compatible(ckpt.meta, meta)
+        check_resume_point(ckpt.path, run_dir, ckpt.meta.get("config", {}), sim_cfg.num_envs)
         _warn_changed(ckpt.meta.get("config", {}), full)
     remove_partial_writes(run_dir / CHECKPOINTS_DIR)  # first: a half-written checkpoint may hold the space needed
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -329,6 +330,29 @@ def build_training(cfg: Any) -> Training:
         logger.truncate_curve(0)
     return Training(full, s, ckpt_s, eval_s, task_name, task_cfg, sim_cfg, device, env, algo, runner, logger,
                     run_dir)
+
+
+def check_resume_point(path: Path, run_dir: Path, config: dict[str, Any], num_envs: int) -> None:
+    """Before anything is built or written: a resume continues the run's own envs (their state, buffers and noise
+    are per env), so sim.num_envs must be the run's; and in the run's own folder it continues from the latest
+    checkpoint (an earlier one would rewind the run in place: its later checkpoints and curve dropped or mixed).
+
+    Raises:
+        ValueError: naming the setting to repeat, or the ways to resume.
+    """
+    from robot_rl.checkpoint import resolve_checkpoint
+
+    was = config.get("sim", {}).get("num_envs")
+    if was is not None and int(was) != num_envs:
+        raise ValueError(f"the run at {path} has sim.num_envs={was}; this resume asks {num_envs}: give "
+                         f"sim.num_envs={was} (a resume rebuilds settings from the command line, and each env's "
+                         f"state is in the checkpoint)")
+    if run_dir.resolve() == path.parent.parent.resolve():
+        latest = resolve_checkpoint(run_dir)
+        if latest.resolve() != path.resolve():
+            raise ValueError(f"{path.name} is not the latest checkpoint of {run_dir} ({latest.name}): resuming it in "
+                             f"place would rewind the run; resume={run_dir} continues it, or resume={path} "
+                             f"run_dir=<new folder> branches from {path.name}")
 
 
 def _warn_changed(old: dict[str, Any], new: dict[str, Any]) -> None:
