@@ -5,7 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 export MUJOCO_GL ?= egl
 
-.PHONY: setup train test test-slow bench-sim clean
+.PHONY: help setup train test test-slow bench-sim clean
+
+help:  ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
 setup: $(VENV)/.installed
 
@@ -24,11 +27,11 @@ train: setup  ## the main job: PPO on so101_reach on the CPU default, then a cur
 test: setup  ## the default test tier (slow learning checks excluded)
 	$(BIN)/python -m pytest -q
 
-test-slow: setup
+test-slow: setup  ## the slow learning checks (pytest -m slow)
 	$(BIN)/python -m pytest -q -m slow
 
-bench-sim: setup
+bench-sim: setup  ## the simulator-throughput benchmark
 	$(BIN)/python benchmarks/sim_throughput.py
 
-clean:
+clean:  ## remove the venv, runs and outputs
 	rm -rf $(VENV) *.egg-info runs outputs
