@@ -428,3 +428,10 @@ def test_a_resume_that_cannot_continue_the_run_is_refused_before_anything_is_wri
     assert (run / "curve.jsonl").read_text() == curve and earlier.is_dir()  # nothing rewound
     assert main(["train", *base, "total_steps=1024", f"resume={earlier}", f"run_dir={tmp_path / 'branch'}"]) == 0
     assert "resumed from" in capsys.readouterr().err and (tmp_path / "branch" / "checkpoints" / "latest").is_file()
+
+
+def test_cameras_the_learner_does_not_read_are_named(tmp_path, capsys):
+    """task.cameras with a state learner: every step pays the rendering for nothing; the run says so."""
+    assert main(["train", *TINY, "total_steps=64", "task.cameras=[front]", "eval.enabled=false",
+                 f"run_dir={tmp_path / 'run'}"]) == 0
+    assert "task.cameras renders ['image.front'] every step, which ppo does not read" in capsys.readouterr().err

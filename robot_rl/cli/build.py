@@ -306,6 +306,10 @@ def build_training(cfg: Any) -> Training:
         check_new_run_dir(run_dir)
     env = make_env(task_name, sim_cfg, task_cfg)
     algo, runner_keys = build_algorithm(algo_name, algo_raw, env, device)
+    unread = [g for g in env.obs_spec.shapes if g.startswith(keys.IMAGE_PREFIX) and g not in algo.obs_groups]
+    if unread:  # rendering is most of a step's cost on the CPU: say so rather than pay it silently
+        print(f"warning: task.cameras renders {unread} every step, which {algo_name} does not read (it reads "
+              f"{algo.obs_groups}); drop task.cameras to train without the rendering cost", file=sys.stderr)
     demo = build_demo_buffer(demo_s, algo_name, env, algo, task_cfg, device)  # before any write: a bad one fails here
     meta = {"task": task_name, "algo": algo_name, "obs_spec": env.obs_spec.to_json(), "action_dim": env.action_dim,
             "task_config": dataclasses.asdict(task_cfg), "config": full}
