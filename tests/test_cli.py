@@ -212,7 +212,9 @@ def test_an_unknown_choice_names_the_real_choices_and_a_missing_setting_is_named
     assert main(["train", "algo=ppoo"]) == 2
     err = capsys.readouterr().err
     assert "unknown algo 'ppoo' (did you mean 'ppo'?)" in err and "_schema" not in err
-    assert "Config search path" not in err
+    assert "Config search path" not in err and "'bc'" not in err  # train's choices only, not offline's
+    assert main(["offline", "algo=bcc", "dataset.root=x"]) == 2
+    assert "the algo choices are ['awr', 'bc', 'recap']" in capsys.readouterr().err
     assert main(["collect", "task=so101_lift", "episodes=1"]) == 2
     assert "dataset.root is required" in capsys.readouterr().err
 

@@ -144,17 +144,20 @@ def did_you_mean(name: str, options: Iterable[str], prefix: str = "") -> str:
     return f" (did you mean {' or '.join(repr(prefix + c) for c in close)}?)" if close else ""
 
 
-def explain_unknown_override(error: str, overrides: list[str], compose: Callable[[list[str]], Any]) -> str:
+def explain_unknown_override(error: str, overrides: list[str], compose: Callable[[list[str]], Any],
+                             usable: Callable[[str, str], bool] | None = None) -> str:
     """Hydra's "Could not override 'a.b'. To append to your config use +a.b=..." for a key the config does not have,
     as "unknown config key 'a.b' (did you mean 'a.c'?)" with the keys that stand there: the '+' Hydra suggests would
     only meet the schema's refusal next. ``compose(overrides)`` composes the command's config; other errors, and keys
-    that do exist (Hydra refused the value), come back as they were."""
+    that do exist (Hydra refused the value), come back as they were. ``usable(group, choice)``: whether this command
+    takes that choice of a config group (default: every one but the ``*_schema`` entries)."""
     from omegaconf import DictConfig
 
     group = re.search(r"Could not find '([^']+)/([^'/]+)'", error)
     if group is not None:  # an unknown choice of a config group (algo=bcc): its real choices, not the schemas
-        choices = [c for c in re.findall(r"^\t(\S+)$", error, re.MULTILINE) if not c.endswith("_schema")]
         name, choice = group.group(1), group.group(2)
+        choices = [c for c in re.findall(r"^\t(\S+)$", error, re.MULTILINE) if not c.endswith("_schema")
+                   and (usable is None or usable(name, c))]
         return f"unknown {name} {choice!r}{did_you_mean(choice, choices)}; the {name} choices are {choices}"
     m = re.match(r"Could not override '([^']+)'", error)
     if m is None:

@@ -226,6 +226,19 @@ COMMANDS = {"train": train, "eval": evaluate_checkpoint, "collect": collect, "of
             "deploy": deploy, "record": record}
 
 
+def _usable_choice(cmd: str) -> Any:
+    """Which algo choices a command takes: robot-rl offline the offline ones, train the others (the config group
+    holds both); other groups and commands: every choice."""
+    from robot_rl.cli.offline import OFFLINE_ALGOS
+
+    def usable(group: str, choice: str) -> bool:
+        if group != "algo" or cmd not in ("train", "offline"):
+            return True
+        return (choice in OFFLINE_ALGOS) == (cmd == "offline")
+
+    return usable
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``robot-rl`` console script. Returns the exit status: 2 for a bad config, checkpoint or
     policy file (every ``MalformedFileError``), 3 when training stopped on non-finite updates, 4 when a write failed
@@ -256,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         COMMANDS[cmd](compose(cmd, overrides))
     except HydraException as err:
-        print(f"robot-rl {cmd}: error: {explain_unknown_override(str(err), overrides, lambda o: compose(cmd, o))}",
+        explained = explain_unknown_override(str(err), overrides, lambda o: compose(cmd, o), _usable_choice(cmd))
+        print(f"robot-rl {cmd}: error: {explained}",
               file=sys.stderr)
         return 2
     except (ValueError, FileNotFoundError, MalformedFileError) as err:
