@@ -337,7 +337,7 @@ def build_training(cfg: Any) -> Training:
 
 
 def check_resume_point(path: Path, run_dir: Path, config: dict[str, Any], num_envs: int) -> None:
-    """Before anything is built or written: a resume continues the run's own envs (their state, buffers and noise
+    """Before anything is written: a resume continues the run's own envs (their state, buffers and noise
     are per env), so sim.num_envs must be the run's; and in the run's own folder it continues from the latest
     checkpoint (an earlier one would rewind the run in place: its later checkpoints and curve dropped or mixed).
 
