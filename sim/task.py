@@ -27,6 +27,7 @@ class Task(ABC):
     cfg: Any
     action_dim: int
     decimation: int  # physics steps per control step
+    has_success = True  # False: no success event (a locomotion task); success is then False throughout
 
     @abstractmethod
     def build_spec(self) -> mujoco.MjSpec:

@@ -437,3 +437,15 @@ def test_cameras_the_learner_does_not_read_are_named(tmp_path, capsys):
     assert main(["train", *TINY, "total_steps=64", "task.cameras=[front]", "eval.enabled=false",
                  f"run_dir={tmp_path / 'run'}"]) == 0
     assert "task.cameras renders ['image.front'] every step, which ppo does not read" in capsys.readouterr().err
+
+
+def test_a_task_without_a_success_event_says_so_in_its_report(tmp_path, capsys):
+    """humanoid_walk has no success event: the report says so (and the mean episode length) instead of a success
+    rate of 0.000 that reads as a failure; eval.json marks it."""
+    run = tmp_path / "run"
+    assert main(["train", "task=humanoid_walk", "algo=ppo", "sim.num_envs=4", "algo.num_steps=4", "total_steps=32",
+                 "task.episode_length=10", "algo.policy.hidden_dims=[8]", "algo.critic.hidden_dims=[8]",
+                 "logger.progress=false", "eval.num_episodes=2", "eval.num_envs=2", "eval.video=false",
+                 f"run_dir={run}"]) == 0
+    assert "eval: no success event in humanoid_walk (mean length" in capsys.readouterr().err
+    assert json.loads((run / "eval.json").read_text())["task_has_success"] is False

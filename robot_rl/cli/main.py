@@ -72,11 +72,14 @@ def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: 
     result: dict[str, Any] = dict(extra)
     if env is not None:
         result["eval"] = evaluate(env, act, ev.num_episodes, ev.seed).to_json()
+        has_success = getattr(getattr(env, "task", None), "has_success", True)
     else:
         # evaluation envs reset themselves whatever training's sim.autoreset was (evaluate counts episodes across resets)
         with make_env(task_name, dataclasses.replace(sim_cfg, num_envs=ev.num_envs, autoreset=True),
                       task_cfg) as eval_env:
             result["eval"] = evaluate(policy_view(eval_env, act), act, ev.num_episodes, ev.seed).to_json()
+            has_success = getattr(getattr(eval_env, "task", None), "has_success", True)
+    result["task_has_success"] = has_success  # False: success_rate is 0 by definition, not a result
     if ev.video and sim_cfg.backend == ISAACLAB:
         result["video"] = None
         print("eval: no video: the Isaac Lab adapter does not render (eval.video=false skips this message)",
@@ -97,8 +100,10 @@ def _report(out_dir: Path, policy: Any, task_name: str, task_cfg: Any, sim_cfg: 
                 None if hit is None else {"wall_s": hit["wall_s"], "env_steps": hit["env_steps"]})
     (out_dir / "eval.json").write_text(json.dumps(result, indent=2))
     e = result["eval"]
-    print(f"eval: success rate {e['success_rate']:.3f}, mean return {e['mean_return']:.3f} over "
-          f"{e['num_episodes']} episodes; results in {out_dir}", file=sys.stderr)
+    success = (f"success rate {e['success_rate']:.3f}" if has_success else
+               f"no success event in {task_name} (mean length {e['mean_length']:.0f} steps)")
+    print(f"eval: {success}, mean return {e['mean_return']:.3f} over {e['num_episodes']} episodes; results in "
+          f"{out_dir}", file=sys.stderr)
     return result
 
 

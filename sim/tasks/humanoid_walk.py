@@ -165,6 +165,7 @@ def projected_gravity(q: torch.Tensor) -> torch.Tensor:
 class HumanoidWalkTask(Task):
     name = "humanoid_walk"
     instruction = "Walk at the commanded velocity."
+    has_success = False  # it walks to a commanded velocity: speed and falls measure it (benchmarks/humanoid.py)
     reward_term_names = ("track_lin_vel_xy_exp", "track_ang_vel_z_exp", "lin_vel_z", "ang_vel_xy", "upright",
                          "posture", "action_rate", "joint_pos_limits", "feet_air_time", "feet_slip", "alive", "fall")
 
