@@ -239,6 +239,8 @@ def test_a_commands_help_prints_its_usage_and_its_composed_config(flag, capsys):
     assert "robot-rl eval checkpoint=PATH" in capsys.readouterr().out
     assert main(["train", flag, "totl_steps=1"]) == 2  # a misspelled key stays an error
     assert "did you mean 'total_steps'" in capsys.readouterr().err
+    assert main(["train", "--hlep"]) == 2  # a mistyped flag: named, not Hydra's grammar error
+    assert "unknown flag '--hlep': settings are key=value, and --help lists them" in capsys.readouterr().err
 
 
 def test_resume_refuses_a_different_task(trained_run, capsys):

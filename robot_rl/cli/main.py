@@ -266,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"robot-rl: unknown command {cmd!r}; allowed: {sorted(COMMANDS)}\n\n" + USAGE.format(
             config_dir=CONFIG_DIR), file=sys.stderr)
         return 2
+    flags = [a for a in overrides if a.startswith("-")]
+    if flags:  # settings are key=value; the only flag is --help (Hydra would report a grammar error at the dash)
+        print(f"robot-rl {cmd}: error: unknown flag {flags[0]!r}: settings are key=value, and --help lists them",
+              file=sys.stderr)
+        return 2
     os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering for videos on machines without a display
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
