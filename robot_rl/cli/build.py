@@ -38,6 +38,7 @@ from robot_rl.cli.config import (
     DemoDatasetSettings,
     EvalSettings,
     TrainSettings,
+    changed_settings,
     resolve_device,
     typed,
 )
@@ -361,12 +362,6 @@ def check_resume_point(path: Path, run_dir: Path, config: dict[str, Any], num_en
 
 def _warn_changed(old: dict[str, Any], new: dict[str, Any]) -> None:
     """Resuming with other settings (cadence, budget, hyperparameters) is allowed but said out loud."""
-    def flat(d: Any, p: str = "") -> dict[str, Any]:
-        if not isinstance(d, dict):
-            return {p: d}
-        return {k: v for key, val in d.items() for k, v in flat(val, f"{p}.{key}" if p else key).items()}
-
-    a, b = flat(old), flat(new)
-    changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in ("resume", "run_dir"))
+    changed = changed_settings(old, new, ("resume", "run_dir"))
     if changed:
         print(f"warning: resuming with changed settings: {', '.join(changed)}", file=sys.stderr)

@@ -138,6 +138,19 @@ def typed(cls: type, values: dict[str, Any], where: str) -> Any:
         raise ValueError(f"bad config: {e}") from None
 
 
+def changed_settings(old: dict[str, Any], new: dict[str, Any], free: Iterable[str] = ()) -> dict[str, tuple[Any, Any]]:
+    """The settings (dotted keys, sorted) whose value differs between two composed configs, each as (old, new);
+    keys under a top-level name in ``free`` are left out. A resumed run compares its saved config with this one."""
+    def flat(d: Any, prefix: str = "") -> dict[str, Any]:
+        if not isinstance(d, dict) or not d:
+            return {prefix: d}
+        return {k: v for key, sub in d.items() for k, v in flat(sub, f"{prefix}.{key}" if prefix else key).items()}
+
+    a, b, free = flat(old), flat(new), set(free)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k) and k.split(".")[0] not in free}
+
+
 def did_you_mean(name: str, options: Iterable[str], prefix: str = "") -> str:
     """`` (did you mean 'a' or 'b'?)`` for the options spelled like ``name`` (``prefix`` put before each), else ''."""
     close = difflib.get_close_matches(name, [str(o) for o in options], n=3, cutoff=0.6)

@@ -280,20 +280,16 @@ def check_resume_settings(run: Path, raw: dict[str, Any], state: _State) -> None
     """
     from omegaconf import OmegaConf
 
+    from robot_rl.cli.config import changed_settings
+
     path = run / "config.yaml"
     if not state.data["done"] or not path.is_file():
         return
     then = OmegaConf.to_container(OmegaConf.load(path), resolve=True)  # as written: interpolations unresolved
 
-    def flat(d: Any, prefix: str = "") -> dict[str, Any]:
-        if not isinstance(d, dict):
-            return {prefix: d}
-        return {k: v for key, sub in d.items() for k, v in flat(sub, f"{prefix}{key}.").items()} if d else {prefix: d}
-
-    a, b = flat(then), flat(raw)
-    changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k.split(".")[0] not in RESUME_FREE)
+    changed = changed_settings(then, raw, RESUME_FREE)
     if changed:
-        shown = "; ".join(f"{k.rstrip('.')}: {a.get(k)!r} then, {b.get(k)!r} now" for k in changed[:8])
+        shown = "; ".join(f"{k}: {was!r} then, {now!r} now" for k, (was, now) in list(changed.items())[:8])
         raise ValueError(f"run_dir={run} holds a recap run made with other settings ({shown}"
                          f"{'; ...' if len(changed) > 8 else ''}): resume it with the same ones (only "
                          f"{', '.join(RESUME_FREE)} may change), or give a new run_dir")
