@@ -261,7 +261,7 @@ def label_quality(labels_dir: Path, n_expert: int) -> dict[str, Any]:
 def heldout_voc(value_dir: Path, heldout: Path) -> dict[str, Any]:
     """VOC (and success AUC) of a value model on a held-out dataset."""
     from policies import keys
-    from robot_rl.algos.recap import load_value_model, predict_values
+    from robot_rl.algos.value_learning import load_value_model, predict_values
     from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler
     from robot_rl.models.voc import success_auc, value_order_correlation
 

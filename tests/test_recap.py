@@ -63,8 +63,8 @@ def test_awr_weights_favour_high_advantages_and_interventions():
 def test_outcome_columns_read_the_intervention_column_where_any_dataset_has_it():
     from types import SimpleNamespace
 
-    from robot_rl.algos.recap import outcome_columns
     from robot_rl.data.labels import LabelConfig
+    from robot_rl.data.outcomes import outcome_columns
 
     def meta(*cols):  # the one attribute outcome_columns reads of a dataset's metadata
         return SimpleNamespace(features=dict.fromkeys(cols))
@@ -110,7 +110,7 @@ def test_conditioned_sampler_gives_each_frame_its_own_indicator(tmp_path):
 def test_the_value_scores_of_a_labelled_dataset_by_hand():
     """What ``robot-rl offline algo=recap|awr`` reports of its value model: VOC over the successful episodes, the AUC
     of the first frame's value for success, the mean absolute error against the targets, episodes and successes."""
-    from robot_rl.algos.recap import value_scores
+    from robot_rl.algos.advantages import value_scores
     from robot_rl.data.labels import Labels
 
     eps = np.array([0, 0, 0, 1, 1, 2, 2, 2])
@@ -136,7 +136,7 @@ def test_the_value_scores_of_a_labelled_dataset_by_hand():
                                        ({"learning_rate": 0.0}, "learning_rate and max_grad_norm"),
                                        ({"max_grad_norm": 0.0}, "learning_rate and max_grad_norm")])
 def test_value_training_settings_out_of_range_are_refused(bad, words):
-    from robot_rl.algos.recap import ValueTrainConfig
+    from robot_rl.algos.value_learning import ValueTrainConfig
 
     with pytest.raises(ValueError, match=f"value {words}"):
         ValueTrainConfig(**bad)

@@ -225,7 +225,7 @@ def test_relabelling_with_another_n_step_reuses_the_value_model(dataset, tmp_pat
 def test_a_value_model_with_state_lags_labels_each_frame_with_its_joints_frames_back(dataset, tmp_path):
     """algo.value.model.state_lags: the value model is fitted and labels with the joints L frames back (clamped at
     each episode's start), read from the dataset as ChunkSampler.state_lags gives them."""
-    from robot_rl.algos.recap import load_value_model
+    from robot_rl.algos.value_learning import load_value_model
     from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler
 
     run = tmp_path / "lags"
@@ -247,13 +247,15 @@ def test_a_pretrained_value_model_labels_another_dataset_without_training(datase
     value training, the model copied into the run as it was (read from disk once per run), both datasets
     untouched, and its values are the labels' (on the dataset it was fitted on, they equal that run's own
     labels)."""
-    import robot_rl.algos.recap as recap_mod
+    import robot_rl.algos.advantages as advantages_mod
+    import robot_rl.algos.value_learning as value_mod
 
     first = tmp_path / "fitted"
     assert _offline("recap", dataset, first, "steps=1") == 0
     loads = []
-    real_load = recap_mod.load_value_model
-    monkeypatch.setattr(recap_mod, "load_value_model", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
+    real_load = value_mod.load_value_model
+    for mod in (value_mod, advantages_mod):  # every module that loads a value model from disk
+        monkeypatch.setattr(mod, "load_value_model", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
     other = make_dataset(tmp_path / "other", lengths=[20, 9, 14, 11])  # other episodes, same longest (M = 20)
     before = tree_hash(dataset), tree_hash(other)
     for data, run in ((other, tmp_path / "on_other"), (dataset, tmp_path / "on_same")):
@@ -461,7 +463,7 @@ def test_configs_hold_the_dataclass_defaults():
 
     from hydra.errors import ConfigCompositionException
 
-    from robot_rl.algos.recap import ValueTrainConfig
+    from robot_rl.algos.value_learning import ValueTrainConfig
     from robot_rl.cli.build import compose
     from robot_rl.cli.offline import VALUE_SIZED
     from robot_rl.cli.recap import RecapCommand
@@ -484,3 +486,4 @@ def test_configs_hold_the_dataclass_defaults():
     assert "\nrounds:" not in yaml_text and "- recap_schema" in yaml_text
     with pytest.raises(ConfigCompositionException, match="roundz"):
         compose("recap", ["roundz=3"])
+

@@ -11,7 +11,7 @@ import torch
 
 from policies import keys
 from robot_rl.algos.precision import native_bf16
-from robot_rl.algos.recap import ValueLearner, ValueTrainConfig, load_value_model, save_value_model
+from robot_rl.algos.value_learning import ValueLearner, ValueTrainConfig, load_value_model, save_value_model
 from robot_rl.models.value import ValueConfig, ValueModel, bin_centers, expected_value, hl_gauss, two_hot
 
 

@@ -1,6 +1,6 @@
 """Advantage-weighted regression through the sampler: the cheap baseline beside RECAP (DESIGN.md §5).
 
-The advantages are RECAP's (``robot_rl.algos.recap.prepare_advantages``: the same value model and N-step
+The advantages are RECAP's (``robot_rl.algos.advantages.prepare_advantages``: the same value model and N-step
 advantages); instead of conditioning the policy on an indicator, frames are drawn with probability proportional to
 
     w_t = min(exp((A_t − median A) / (temperature · std A)), max_weight)     (intervention frames: max_weight)
@@ -12,6 +12,7 @@ BC's, only richer in high-advantage frames. Standardising A makes ``temperature`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,3 +47,9 @@ def awr_weights(advantage: np.ndarray, cfg: AWRConfig, intervention: np.ndarray 
 def weights_from_labels(labels: Labels, cfg: AWRConfig) -> torch.Tensor:
     """``awr_weights`` of labelled frames."""
     return awr_weights(labels.advantage, cfg, labels.intervention)
+
+
+def awr_sampler(sampler: Any, labels: Labels, cfg: AWRConfig) -> Any:
+    """The sampler AWR's behaviour cloning trains on: ``sampler`` itself, drawing frames by ``weights_from_labels``."""
+    sampler.set_weights(weights_from_labels(labels, cfg))
+    return sampler

@@ -10,10 +10,11 @@ fingerprint is checked), and the exported policy in every checkpoint (``<run>/ch
 ``robot-rl eval checkpoint=<run> task=<task>`` evaluates in simulation.
 
 ``algo=recap`` and ``algo=awr`` (``robot_rl.algos.recap``, ``robot_rl.algos.awr``) first fit a value model on every
-frame and label the frames (``<run>/value``, the sidecar ``<run>/labels``; a resumed run reuses them), then train the
-same policy for ``steps`` gradient steps: RECAP conditioned on the advantage indicator (sampled with CFG β =
-``algo.policy.guidance_beta``), AWR on a sampler that oversamples high-advantage frames. Both need the dataset's
-``next.success`` column and refuse a dataset without it before decoding anything. The dataset is only read.
+frame and label the frames (``robot_rl.algos.advantages``: ``<run>/value``, the sidecar ``<run>/labels``; a resumed run
+reuses them), then train the same policy for ``steps`` gradient steps: RECAP conditioned on the advantage indicator
+(sampled with CFG β = ``algo.policy.guidance_beta``), AWR on a sampler that oversamples high-advantage frames. Both
+need the dataset's ``next.success`` column and refuse a dataset without it before decoding anything. The dataset is
+only read. What each learner adds to behaviour cloning is its entry in ``robot_rl.cli.offline_algos``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 
 from robot_rl.cli.config import CheckpointSettings, resolve_device, typed
+from robot_rl.cli.offline_algos import OFFLINE_ALGO_SPECS, OFFLINE_ALGOS
 from robot_rl.logging import LoggerConfig
 
 
@@ -82,9 +84,8 @@ def offline_algo_schemas() -> dict[str, dict[str, Any]]:
     from omegaconf import OmegaConf
 
     from policies.flow_vla import FlowVLAConfig
-    from robot_rl.algos.awr import AWRConfig
     from robot_rl.algos.bc import BCConfig
-    from robot_rl.algos.recap import RecapConfig, ValueTrainConfig
+    from robot_rl.algos.value_learning import ValueTrainConfig
     from robot_rl.cli.schemas import defaults_of
     from robot_rl.data.labels import LabelConfig
     from robot_rl.models.value import ValueConfig
@@ -97,16 +98,19 @@ def offline_algo_schemas() -> dict[str, dict[str, Any]]:
     advantages = {"value": {**defaults_of(ValueTrainConfig, ("model",)),
                             "model": defaults_of(ValueConfig, VALUE_SIZED)},
                   "labels": defaults_of(LabelConfig)}
-    recap_policy = {k: v for k, v in policy.items() if k != "conditioning"}  # RECAP turns conditioning on
-    return {"bc": {"name": "bc", **bc},
-            "recap": {"name": "recap", **bc, "policy": recap_policy, **advantages,
-                      "recap": defaults_of(RecapConfig)},
-            "awr": {"name": "awr", **bc, **advantages, "awr": defaults_of(AWRConfig)}}
+    schemas = {}
+    for name, spec in OFFLINE_ALGO_SPECS.items():
+        node = {"name": name, **bc, "policy": {k: v for k, v in policy.items() if k not in spec.policy_keys}}
+        if spec.uses_advantages:
+            node.update(advantages)
+        if spec.section is not None:
+            node[spec.section] = defaults_of(spec.config)
+        schemas[name] = node
+    return schemas
 
 
 DATA_SIZED = ("cameras", "image_size", "state_dim", "action_dim")  # FlowVLAConfig fields the dataset decides
 VALUE_SIZED = ("cameras", "image_size", "state_dim", "vocab")  # ValueConfig fields the dataset decides
-OFFLINE_ALGOS = ("bc", "recap", "awr")
 
 
 @dataclass
@@ -199,6 +203,7 @@ def build_offline(cfg: Any) -> OfflineTraining:
     algo_name = algo_raw.pop("name")
     if algo_name not in OFFLINE_ALGOS:
         raise ValueError(f"bad config: algo={algo_name!r} for robot-rl offline; allowed: {list(OFFLINE_ALGOS)}")
+    spec = OFFLINE_ALGO_SPECS[algo_name]
     ckpt = load_checkpoint(s.resume) if s.resume else None
     if ckpt is not None and not data_raw.get("root"):  # resume=RUN alone: the data the run was trained on
         trained_on = ckpt.meta.get("config", {}).get("dataset", {})
@@ -216,25 +221,19 @@ def build_offline(cfg: Any) -> OfflineTraining:
     if ckpt is None and s.run_dir:  # before anything is decoded
         check_new_run_dir(s.run_dir)
     policy_raw = algo_raw.pop("policy", {})
-    adv_cfg, awr_cfg, recap_cfg = None, None, None
-    if algo_name in ("recap", "awr"):  # settings and the outcome column checked before anything is decoded
-        from robot_rl.algos.awr import AWRConfig
-        from robot_rl.algos.recap import (
-            AdvantageConfig,
-            RecapConfig,
-            check_outcome_columns,
-            check_success_recorded,
-            outcome_columns,
-            recap_policy_overrides,
-        )
-        from robot_rl.data.lerobot_loader import read_meta
+    adv_cfg, algo_cfg = None, None  # settings and the outcome column checked before anything is decoded
+    if spec.uses_advantages:
+        from robot_rl.algos.advantages import AdvantageConfig
 
         adv_cfg = typed(AdvantageConfig, {"value": algo_raw.pop("value"), "labels": algo_raw.pop("labels")}, "algo")
-        if algo_name == "awr":
-            awr_cfg = typed(AWRConfig, algo_raw.pop("awr"), "algo.awr")
-        else:
-            recap_cfg = typed(RecapConfig, algo_raw.pop("recap"), "algo.recap")
-            policy_raw = recap_policy_overrides(policy_raw)
+    if spec.section is not None:
+        algo_cfg = typed(spec.config, algo_raw.pop(spec.section), f"algo.{spec.section}")
+    if spec.policy_overrides is not None:
+        policy_raw = spec.policy_overrides(policy_raw)
+    if adv_cfg is not None:
+        from robot_rl.data.lerobot_loader import read_meta
+        from robot_rl.data.outcomes import check_outcome_columns, check_success_recorded, outcome_columns
+
         metas = [read_meta(r) for r in [data_raw["root"], *(data_raw.get("mix") or [])]]
         check_outcome_columns(metas, adv_cfg.labels)
         check_success_recorded(metas, adv_cfg.labels)
@@ -245,12 +244,12 @@ def build_offline(cfg: Any) -> OfflineTraining:
     horizon = int(policy_raw.get("horizon", FlowVLAConfig.horizon))  # the chunks the policy learns to predict
     sampler = ChunkSampler(typed(ChunkDatasetConfig, {**data_raw, "horizon": horizon, "history": 1}, "dataset"))
     if adv_cfg is not None:  # outcomes that say nothing (no episode succeeds) are refused before any write
-        from robot_rl.algos.recap import check_some_success
+        from robot_rl.data.outcomes import check_some_success
 
         print(check_some_success(sampler, adv_cfg.labels), file=sys.stderr)
     pretrained = None  # a value model that does not fit: refused before any write (loaded once, used below)
     if adv_cfg is not None and adv_cfg.value.pretrained:
-        from robot_rl.algos.recap import load_pretrained_value
+        from robot_rl.algos.value_learning import load_pretrained_value
 
         pretrained = load_pretrained_value(adv_cfg.value.pretrained, sampler, adv_cfg.labels, device)
     policy = build_policy(policy_raw, sampler)
@@ -273,8 +272,8 @@ def build_offline(cfg: Any) -> OfflineTraining:
     meta = {"algo": algo_name, "policy_type": policy.type_name, "dataset_root": str(data_raw["root"]),
             "config": full, "init_policy": s.init_policy}
     if adv_cfg is not None:
-        sampler, meta["labels"] = _advantage_sampler(algo_name, sampler, adv_cfg, awr_cfg, recap_cfg, run_dir,
-                                                    device, pretrained)
+        sampler, meta["labels"] = _advantage_sampler(algo_name, sampler, adv_cfg, algo_cfg, run_dir, device,
+                                                    pretrained)
     algo = BC(policy, bc_cfg, device)
     runner_cfg = OfflineRunnerConfig(total_updates=s.steps, max_minutes=s.max_minutes,
                                      updates_per_iteration=s.updates_per_iteration,
@@ -293,13 +292,12 @@ def build_offline(cfg: Any) -> OfflineTraining:
     return OfflineTraining(full, s, sampler, algo, runner, logger, run_dir)
 
 
-def _advantage_sampler(algo_name: str, sampler: Any, adv_cfg: Any, awr_cfg: Any, recap_cfg: Any, run_dir: Path,
+def _advantage_sampler(algo_name: str, sampler: Any, adv_cfg: Any, algo_cfg: Any, run_dir: Path,
                        device: torch.device, pretrained: Any = None) -> tuple[Any, dict[str, Any]]:
-    """RECAP's and AWR's first stages (value model, labels, both reused on resume) and the sampler the policy then
-    trains on: batches with the indicator (recap; positives drawn at ``algo.recap.positive_share`` when set) or
-    drawn by advantage weights (awr). Returns it and a summary."""
-    from robot_rl.algos.awr import weights_from_labels
-    from robot_rl.algos.recap import ConditionedSampler, indicator_weights, prepare_advantages
+    """The advantage stage (value model, labels, both reused on resume) and the sampler the policy then trains on,
+    which the learner's table entry makes from the labels (e.g. RECAP's batches with the indicator, AWR's frames drawn
+    by advantage weights). Returns it and a summary."""
+    from robot_rl.algos.advantages import prepare_advantages
 
     def log(step: int, scalars: dict[str, float]) -> None:
         if step % 500 == 0 or step == adv_cfg.value.steps:
@@ -309,12 +307,7 @@ def _advantage_sampler(algo_name: str, sampler: Any, adv_cfg: Any, awr_cfg: Any,
     labels, summary = prepare_advantages(sampler, adv_cfg, run_dir, device, log, pretrained, algo_name)
     summary = {**summary, "positive_fraction": labels.positive_fraction,
                "thresholds": {str(k): v for k, v in labels.thresholds.items()}}
-    if algo_name == "recap":
-        if recap_cfg.positive_share is not None:
-            sampler.set_weights(indicator_weights(labels.advantage_indicator, recap_cfg.positive_share))
-        return ConditionedSampler(sampler, labels.advantage_indicator), summary
-    sampler.set_weights(weights_from_labels(labels, awr_cfg))
-    return sampler, summary
+    return OFFLINE_ALGO_SPECS[algo_name].labels_sampler(sampler, labels, algo_cfg), summary
 
 
 def offline(cfg: Any) -> Path:

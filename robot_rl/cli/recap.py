@@ -198,7 +198,7 @@ def train_round(cmd: RecapCommand, data: Path, run: Path, max_len: int, init: Pa
 def check_init_run(init_run: Path, init_dataset: Path) -> None:
     """Refuse, naming what is wrong, an ``init_run`` that is not a finished ``robot-rl offline algo=recap`` run on
     ``init_dataset`` with its value model, labels and an exported policy."""
-    from robot_rl.algos.recap import VALUE_DIR
+    from robot_rl.algos.advantages import VALUE_DIR
     from robot_rl.checkpoint import load_meta
 
     try:
@@ -351,7 +351,8 @@ def recap(cfg: Any) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     from policies import load_policy
-    from robot_rl.algos.recap import VALUE_DIR, load_value_model
+    from robot_rl.algos.advantages import VALUE_DIR
+    from robot_rl.algos.value_learning import load_value_model
     from robot_rl.cli.build import seed_everything
     from robot_rl.cli.config import resolve_device, typed
 

@@ -129,7 +129,7 @@ def solved_frames(columns: dict[str, np.ndarray], cfg: LabelConfig) -> np.ndarra
     """[F] bool, True where a frame is solved, by ``cfg``'s outcome: ``columns[cfg.success_column] >=
     cfg.success_threshold``; with ``cfg.successful_episodes``, the last frame of each listed episode; with
     ``cfg.failed_episodes``, the last frame of each episode not listed. Listed episodes that are not among the frames
-    (left out by a split or the timing check) play no part; ``robot_rl.algos.recap.check_outcome_columns`` checks
+    (left out by a split or the timing check) play no part; ``robot_rl.data.outcomes.check_outcome_columns`` checks
     the lists against the dataset itself.
 
     Raises:
