@@ -30,6 +30,7 @@ from policies import keys
 from policies.execution import add_to_ensemble
 from real.robot_env import RobotEnv, safe_disconnect
 from real.safety import ActionRejected, SafetyConfigError, SafetyFilter, SafetyGuard, TeleopLost
+from robot_rl.hil import Arbiter, Polled
 
 log = logging.getLogger(__name__)
 
@@ -402,12 +403,14 @@ def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeove
         raise SafetyConfigError("a session needs a policy, a teleoperator, or both")
     res = SessionResult()
     human_before: bool | None = None  # who drove the previous tick (None: nobody yet)
+    arbiter, request = Arbiter(1, latch=False), Polled(AlwaysHuman() if driver is None else takeover)
     for ep in range(episodes):
         frame, _ = env.reset(seed=None if seed is None else seed + ep)
         if driver is not None:
             driver.reset()
         while True:
-            human = driver is None or takeover.engaged()
+            arbiter.update(request())
+            human = bool(arbiter.taken[0])
             if human_before is not None and human != human_before:
                 res.switches += 1
                 log.info("tick %d: %s takes control", env.steps, "the person" if human else "the policy")
@@ -422,7 +425,7 @@ def run_session(env: RobotEnv, driver: PolicyDriver | None, teleop: Any, takeove
                     env.step(frame[keys.OBS_STATE], actor=keys.ACTOR_HUMAN)  # hold where the arm is
                     raise TeleopLost(f"the teleoperator failed during a take-over ({type(e).__name__}: {e}); the arm "
                                      "held position; control was not returned to the policy") from e
-            actor = keys.ACTOR_HUMAN if human else keys.ACTOR_POLICY
+            actor = int(arbiter.actor[0])
             horizon = driver.horizon if driver is not None and not human else None
             next_frame, reward, terminated, truncated, info = env.step(to_send, actor=actor, horizon=horizon)
             applied = info[keys.ACTION_COL]

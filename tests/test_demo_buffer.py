@@ -148,6 +148,9 @@ def test_the_demo_buffer_holds_exactly_the_recorded_transitions(lift_demos):
         assert torch.equal(buffer.obs[g][:, 0], tr.obs[g]) and torch.equal(buffer.next_obs[g][:, 0], tr.next_obs[g])
     assert torch.equal(buffer.action[:, 0], tr.action) and torch.equal(buffer.reward[:, 0], tr.reward)
     assert torch.equal(buffer.terminated[:, 0], tr.terminated) and torch.equal(buffer.truncated[:, 0], tr.truncated)
+    # who acted, from the dataset's actor column: collect records the scripted expert as the person demonstrating
+    assert tr.actor is not None and bool((tr.actor == keys.ACTOR_HUMAN).all())
+    assert torch.equal(buffer.actor[:, 0], tr.actor)
 
 
 def test_lerobots_degree_targets_convert_to_the_applied_actions(lift_demos):

@@ -6,6 +6,7 @@ trains and evaluates."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -487,3 +488,28 @@ def test_configs_hold_the_dataclass_defaults():
     with pytest.raises(ConfigCompositionException, match="roundz"):
         compose("recap", ["roundz=3"])
 
+
+def test_the_loops_takeover_trigger_is_chosen_by_setting_and_older_runs_still_resume(tmp_path):
+    """intervene_trigger picks robot_rl.hil's trigger (the stall's slope in units of the task's value scale M); a run
+    folder written before a setting existed resumes when the setting is at its default, and is refused otherwise."""
+    from omegaconf import OmegaConf
+
+    from robot_rl.cli.recap import RecapCommand, _State, check_resume_settings, intervention_trigger
+    from robot_rl.hil import ValueStall, ValueThreshold
+
+    trig = intervention_trigger(RecapCommand(), 3, 150)
+    assert isinstance(trig, ValueThreshold) and (trig.threshold, trig.patience, trig.after) == (-0.8, 3, 10)
+    stall = intervention_trigger(RecapCommand(intervene_trigger="stall", intervene_window=8), 3, 150)
+    assert isinstance(stall, ValueStall) and stall.window == 8 and stall.min_slope == pytest.approx(0.25 / 150)
+    with pytest.raises(ValueError, match="intervene_trigger='slope'; allowed"):
+        RecapCommand(intervene_trigger="slope")
+    run = tmp_path / "run"
+    run.mkdir()
+    now = dataclasses.asdict(RecapCommand())
+    older = {k: v for k, v in now.items() if not k.startswith(("intervene_trigger", "intervene_window",
+                                                               "intervene_min", "intervene_ceiling"))}
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(older)))
+    (run / "state.json").write_text(json.dumps({"done": {"round_0/collect": {}}, "started": {}}))
+    check_resume_settings(run, now, _State(run / "state.json"))  # the new settings at their defaults: as then
+    with pytest.raises(ValueError, match="intervene_trigger: 'threshold' then, 'stall' now"):
+        check_resume_settings(run, {**now, "intervene_trigger": "stall"}, _State(run / "state.json"))

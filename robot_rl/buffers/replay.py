@@ -7,6 +7,8 @@ time-outs bootstrap from the real last observation and never from the first obse
 A transition where the env faulted (``keys.FAULTED``: non-finite or diverged state, its reward and observation
 meaningless) is kept but never sampled, and the env's transition before it is marked truncated, so n-step windows
 stop there and bootstrap from the last sound observation instead of learning an end with reward 0 (RELIABILITY D1).
+Every transition keeps who chose its action (``keys.ACTOR``: the policy, a person, a recovery policy), so a learner
+can weigh or draw interventions apart (DESIGN.md §5: interventions feed the RLPD buffers).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class ReplayBuffer:
         self.terminated = torch.zeros(t, n, dtype=torch.bool, device=self.device)
         self.truncated = torch.zeros(t, n, dtype=torch.bool, device=self.device)
         self.faulted = torch.zeros(t, n, dtype=torch.bool, device=self.device)
+        self.actor = torch.full((t, n), keys.ACTOR_POLICY, dtype=torch.int8, device=self.device)
         self._fault_rows: set[int] = set()  # rows holding a faulted transition (host-side: sampling checks only then)
         self.pos = 0  # next row written
         self.size = 0  # rows holding data
@@ -63,13 +66,15 @@ class ReplayBuffer:
 
     def add(self, obs: dict[str, torch.Tensor], action: torch.Tensor, reward: torch.Tensor,
             terminated: torch.Tensor, truncated: torch.Tensor, next_obs: dict[str, torch.Tensor],
-            final_obs: dict[str, torch.Tensor] | None = None, faulted: torch.Tensor | None = None) -> None:
+            final_obs: dict[str, torch.Tensor] | None = None, faulted: torch.Tensor | None = None,
+            actor: torch.Tensor | None = None) -> None:
         """Store one vector step: obs groups [N, ...], action [N, A], the rest [N].
 
         ``next_obs`` is what ``env.step`` returned (the first observation of a new episode where one ended);
         ``final_obs`` (``info["final_obs"]``) replaces it in the rows of envs that ended, so every stored o' is
         the observation the action really led to. ``faulted`` [N] bool (``info[keys.FAULTED]``; None: none did):
-        those transitions are never sampled (module docstring).
+        those transitions are never sampled (module docstring). ``actor`` [N] int (``info[keys.ACTOR]``; None: the
+        policy) is who chose each action.
         """
         r = self.pos
         self._fault_rows.discard(r)  # the row overwritten
@@ -93,6 +98,10 @@ class ReplayBuffer:
         self.reward[r].copy_(reward)
         self.terminated[r].copy_(terminated)
         self.truncated[r].copy_(truncated)
+        if actor is None:
+            self.actor[r].fill_(keys.ACTOR_POLICY)
+        else:
+            self.actor[r].copy_(actor)
         self.pos = (self.pos + 1) % self.rows
         self.size = min(self.size + 1, self.rows)
 
@@ -102,7 +111,8 @@ class ReplayBuffer:
 
         Returns:
             ``obs`` / ``next_obs`` (group -> [B, ...]; o' is the one after the last step kept), ``action``
-            [B, A], ``reward`` [B] (Σ γ^k r_{t+k}), ``discount`` [B] (γ^m · (1 − terminated)).
+            [B, A], ``reward`` [B] (Σ γ^k r_{t+k}), ``discount`` [B] (γ^m · (1 − terminated)), ``keys.ACTOR``
+            int8 [B] who chose the action.
         """
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
@@ -129,6 +139,7 @@ class ReplayBuffer:
         last_row = rows.gather(1, last[:, None]).squeeze(1)
         return {keys.OBS: {k: v[start, env] for k, v in self.obs.items()},
                 keys.ACTION: self.action[start, env], keys.REWARD: ret, "discount": discount,
+                keys.ACTOR: self.actor[start, env],
                 keys.NEXT_OBS: {k: v[last_row, env] for k, v in self.next_obs.items()}}
 
     # ------------------------------------------------------------------------------------------ state
@@ -138,7 +149,8 @@ class ReplayBuffer:
         return {"obs": {k: v[:s] for k, v in self.obs.items()},
                 "next_obs": {k: v[:s] for k, v in self.next_obs.items()},
                 "action": self.action[:s], "reward": self.reward[:s], "terminated": self.terminated[:s],
-                "truncated": self.truncated[:s], "faulted": self.faulted[:s], "pos": self.pos, "size": self.size,
+                "truncated": self.truncated[:s], "faulted": self.faulted[:s], "actor": self.actor[:s], "pos": self.pos,
+                "size": self.size,
                 "rows": self.rows,
                 "num_envs": self.num_envs}
 
@@ -155,6 +167,9 @@ class ReplayBuffer:
         self.faulted.zero_()
         if "faulted" in sd:  # absent from checkpoints written before faulted transitions were kept out
             self.faulted[:s].copy_(sd["faulted"])
+        self.actor.fill_(keys.ACTOR_POLICY)
+        if "actor" in sd:  # absent from checkpoints written before the actor was kept
+            self.actor[:s].copy_(sd["actor"])
         self._fault_rows = {int(r) for r in self.faulted.any(dim=1).nonzero().flatten().tolist()}
         self.pos, self.size = int(sd["pos"]), s
 

@@ -46,6 +46,7 @@ from policies import keys
 from robot_rl.models.state_lags import StateLags
 
 STATE_FILE = "state.json"
+INTERVENE_TRIGGERS = ("threshold", "stall")
 
 
 @dataclass
@@ -70,6 +71,13 @@ class RecapCommand:
     intervene_below: float = -0.8  # value threshold (value units: -1 is a predicted failure)
     intervene_after: int = 10  # control steps into an episode before the value may trigger a take-over
     intervene_patience: int = 3  # consecutive steps below the threshold that trigger it
+    # what asks for the expert: "threshold" (V below intervene_below for intervene_patience steps) or "stall" (the
+    # value's least-squares slope over the last intervene_window steps below intervene_min_progress / M per step, M
+    # the task's episode length, the value's scale: sustained decline or stagnation; robot_rl.hil.ValueStall)
+    intervene_trigger: str = "threshold"
+    intervene_window: int = 20  # steps of value history for the stall trigger
+    intervene_min_progress: float = 0.25  # fraction of an on-course episode's value gain per step (1 / M)
+    intervene_ceiling: float | None = -0.1  # the stall trigger asks only where V is below this (value units)
     eval_episodes: int = 50  # seeded evaluation episodes per round
     eval_envs: int = 25  # envs stepped together in evaluation
     eval_seed: int = 50_000  # evaluation's env seed (collection uses seed + 1000 * round)
@@ -86,6 +94,10 @@ class RecapCommand:
             raise ValueError(f"initial_quality must lie in [0, 1], got {self.initial_quality}")
         if self.eval_episodes < 1 or self.eval_envs < 1 or self.intervene_patience < 1 or self.intervene_after < 0:
             raise ValueError("eval_episodes, eval_envs and intervene_patience must be >= 1, intervene_after >= 0")
+        if self.intervene_trigger not in INTERVENE_TRIGGERS:
+            raise ValueError(f"intervene_trigger={self.intervene_trigger!r}; allowed: {list(INTERVENE_TRIGGERS)}")
+        if self.intervene_window < 2:
+            raise ValueError(f"intervene_window must be >= 2 steps, got {self.intervene_window}")
         if self.guidance_beta is not None and self.guidance_beta < 1.0:
             raise ValueError(f"guidance_beta must be >= 1 (RECAP samples toward the positive indicator), got "
                              f"{self.guidance_beta}")
@@ -95,19 +107,27 @@ class RecapCommand:
 
 # ------------------------------------------------------------------------------------------- the actor
 class InterveningActor:
-    """The policy acts (through an ``ActionQueue`` on the frames); a value model watches; where V(o) stays below
-    ``threshold`` for ``patience`` steps after ``after`` steps, the expert (``collect.ExpertActor``) takes that env
-    over until its episode ends. Returns per-env targets, the policy's proposals and who acted (int64 [N])."""
+    """The policy acts (through an ``ActionQueue`` on the frames); a value model watches through the command's
+    trigger (``robot_rl.hil.triggers``: V(o) below ``intervene_below`` for ``intervene_patience`` steps, or a stalled
+    value); from the step it fires, after ``intervene_after`` steps, the expert (``collect.ExpertActor``) takes that
+    env over until its episode ends (``robot_rl.hil.Arbiter`` with ``latch``). Returns per-env targets, the
+    policy's proposals and who acted (int64 [N]).
 
-    def __init__(self, view: Any, policy: Any, expert_actor: Any, value_model: Any, cmd: RecapCommand) -> None:
+    Args:
+        value_scale: M, the value's steps per unit (the labels' max episode length): a stall is progress slower than
+            ``intervene_min_progress`` / M per step.
+    """
+
+    def __init__(self, view: Any, policy: Any, expert_actor: Any, value_model: Any, cmd: RecapCommand,
+                 value_scale: int) -> None:
         from policies import ActionQueue
+        from robot_rl.hil import Arbiter
 
         self.view, self.expert, self.value_model, self.cmd = view, expert_actor, value_model, cmd
         self.queue = ActionQueue(policy, view.num_envs, view.action_dim)
         n = view.num_envs
-        self.t = torch.zeros(n, dtype=torch.long)
-        self.below = torch.zeros(n, dtype=torch.long)
-        self.human = torch.zeros(n, dtype=torch.bool)
+        self.trigger = intervention_trigger(cmd, n, value_scale)
+        self.arbiter = Arbiter(n, latch=True)
         lags = list(value_model.cfg.state_lags)  # the joints' earlier readings, where the value model reads them
         self.lags = StateLags(lags, n) if lags else None
 
@@ -116,27 +136,32 @@ class InterveningActor:
         if self.cmd.interventions:
             if self.lags is not None:
                 frames = {**frames, keys.OBS_STATE_LAGS: self.lags(frames[keys.OBS_STATE])}
-            v = self.value_model.value(frames).cpu()
-            self.below = torch.where(v < self.cmd.intervene_below, self.below + 1, torch.zeros_like(self.below))
-            start = (~self.human) & (self.t >= self.cmd.intervene_after) & (self.below >= self.cmd.intervene_patience)
-            if bool(start.any()):
-                self.expert.reset(start.nonzero().flatten())  # the human starts from what they see now
-                self.human |= start
+            started, _ = self.arbiter.update(self.trigger(self.value_model.value(frames).cpu()))
+            if bool(started.any()):
+                self.expert.reset(started.nonzero().flatten())  # the human starts from what they see now
         target = proposal
-        if bool(self.human.any()):
+        if bool(self.arbiter.taken.any()):
             expert_target, _, _ = self.expert(frames)
-            target = torch.where(self.human[:, None], expert_target.cpu(), proposal)
-        self.t += 1
-        who = torch.where(self.human, keys.ACTOR_HUMAN, keys.ACTOR_POLICY)
-        return target, proposal, who
+            target = self.arbiter.mix(proposal, expert_target.cpu())
+        return target, proposal, self.arbiter.actor
 
     def reset(self, env_ids: torch.Tensor | None) -> None:
-        ids = slice(None) if env_ids is None else env_ids.cpu()
         self.queue.reset(env_ids)
-        self.t[ids], self.below[ids], self.human[ids] = 0, 0, False
+        self.trigger.reset(env_ids)
+        self.arbiter.reset(env_ids)
         self.expert.reset(env_ids)
         if self.lags is not None:
             self.lags.reset(env_ids)
+
+
+def intervention_trigger(cmd: RecapCommand, num_envs: int, value_scale: int) -> Any:
+    """The command's take-over trigger over ``num_envs`` envs (``intervene_trigger``)."""
+    from robot_rl.hil import ValueStall, ValueThreshold
+
+    if cmd.intervene_trigger == "stall":
+        return ValueStall(cmd.intervene_window, cmd.intervene_min_progress / value_scale, cmd.intervene_after,
+                          num_envs, ceiling=cmd.intervene_ceiling)
+    return ValueThreshold(cmd.intervene_below, cmd.intervene_patience, cmd.intervene_after, num_envs)
 
 
 # ------------------------------------------------------------------------------------------- stages
@@ -165,7 +190,8 @@ def collect_round(cmd: RecapCommand, task: str, task_cfg: Any, sim_cfg: Any, dat
         view = LeRobotView(env, cameras=cameras, image_size=size)
         spec = DatasetSpec(round(1.0 / env.control_dt), tuple(LEROBOT_STATE_NAMES), {c: size for c in cameras})
         expert = ExpertActor(view, make_expert(env, quality=1.0 if policy is not None else quality, seed=seed))
-        actor = expert if policy is None else InterveningActor(view, policy, expert, value_model, cmd)
+        actor = expert if policy is None else InterveningActor(view, policy, expert, value_model, cmd,
+                                                                   int(task_cfg.episode_length))
         recorder = EpisodeRecorder(RecorderConfig(root=str(data), append=data.exists()), spec, env.num_envs,
                                    env.max_episode_length)
         try:
@@ -286,7 +312,9 @@ def check_resume_settings(run: Path, raw: dict[str, Any], state: _State) -> None
     if not state.data["done"] or not path.is_file():
         return
     then = OmegaConf.to_container(OmegaConf.load(path), resolve=True)  # as written: interpolations unresolved
-
+    # a setting added since the run was made counts as its default then (the run behaved so)
+    then = {**{f.name: f.default for f in dataclasses.fields(RecapCommand)
+               if f.name not in then and f.default is not dataclasses.MISSING}, **then}
     changed = changed_settings(then, raw, RESUME_FREE)
     if changed:
         shown = "; ".join(f"{k}: {was!r} then, {now!r} now" for k, (was, now) in list(changed.items())[:8])

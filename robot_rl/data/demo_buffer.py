@@ -70,7 +70,8 @@ class EpisodeEnds:
 class Transitions:
     """Flat transitions, episodes back to back in dataset order: ``obs`` / ``next_obs`` group -> float32 [M, D],
     ``action`` float32 [M, A], ``reward`` float32 [M], ``terminated`` / ``truncated`` bool [M] (one of them set on
-    each episode's last transition), ``episode`` int64 [M] the dataset's episode_index, ``frame`` int64 [M]; and
+    each episode's last transition), ``episode`` int64 [M] the dataset's episode_index, ``frame`` int64 [M],
+    ``actor`` int8 [M] who acted (the ``actor`` column; else ``intervention`` as a person; else the policy); and
     what they came from: episodes read, of them those with a success frame, the column actions came from."""
 
     obs: dict[str, torch.Tensor]
@@ -84,6 +85,7 @@ class Transitions:
     num_episodes: int
     num_successes: int
     action_source: str  # keys.ENV_ACTION_COL, or "action (converted)"
+    actor: torch.Tensor | None = None  # None: the policy's throughout
 
     def __len__(self) -> int:
         return int(self.action.shape[0])
@@ -148,7 +150,8 @@ def read_transitions(root: str | Path, obs_dims: dict[str, int], action_dim: int
         episodes = drop_late_episodes(meta, episodes, what="demo_dataset.timing_check")
     obs_cols = [OBS_COLUMNS[g] for g in obs_dims]
     done_col = [keys.DONE_COL] if keys.DONE_COL in feats else []
-    wanted = list(dict.fromkeys([*obs_cols, *action_cols, keys.REWARD_COL, keys.SUCCESS_COL, *done_col]))
+    who_col = [c for c in (keys.ACTOR_COL, keys.INTERVENTION_COL) if c in feats][:1]
+    wanted = list(dict.fromkeys([*obs_cols, *action_cols, keys.REWARD_COL, keys.SUCCESS_COL, *done_col, *who_col]))
     frames = read_frames(meta, episodes, wanted)
     cols = frames.columns
     if done_col:  # LeRobot's next.done marks an episode's last frame, and only it
@@ -173,6 +176,11 @@ def read_transitions(root: str | Path, obs_dims: dict[str, int], action_dim: int
                                                                  frames.ep_end, ends)
     r, nr = torch.as_tensor(rows), torch.as_tensor(next_rows)
     obs = {g: torch.as_tensor(cols[c], dtype=torch.float32) for g, c in zip(obs_dims, obs_cols, strict=True)}
+    actor = None
+    if who_col:
+        who = cols[who_col[0]].reshape(-1)
+        actor = torch.as_tensor(who if who_col[0] == keys.ACTOR_COL else
+                                np.where(who.astype(bool), keys.ACTOR_HUMAN, keys.ACTOR_POLICY)).to(torch.int8)[r]
     return Transitions(
         obs={g: v[r] for g, v in obs.items()}, next_obs={g: v[nr] for g, v in obs.items()}, action=action[r],
         reward=torch.as_tensor(cols[keys.REWARD_COL].reshape(-1), dtype=torch.float32)[r],
@@ -180,7 +188,8 @@ def read_transitions(root: str | Path, obs_dims: dict[str, int], action_dim: int
         episode=torch.as_tensor(cols["episode_index"], dtype=torch.int64)[r],
         frame=torch.as_tensor(cols["frame_index"], dtype=torch.int64)[r], num_episodes=len(episodes),
         num_successes=len(np.unique(cols["episode_index"][success])),
-        action_source=keys.ENV_ACTION_COL if action_cols == [keys.ENV_ACTION_COL] else f"{keys.ACTION_COL} (converted)")
+        action_source=keys.ENV_ACTION_COL if action_cols == [keys.ENV_ACTION_COL] else f"{keys.ACTION_COL} (converted)",
+        actor=actor)
 
 
 def episode_transitions(episode: np.ndarray, success: np.ndarray, ep_start: np.ndarray, ep_end: np.ndarray,
@@ -238,10 +247,11 @@ def demo_buffer(tr: Transitions, device: torch.device | str = "cpu") -> ReplayBu
     nxt = {g: v.to(dev) for g, v in tr.next_obs.items()}
     action, reward = tr.action.to(dev), tr.reward.to(dev)
     term, trunc = tr.terminated.to(dev), tr.truncated.to(dev)
+    actor = None if tr.actor is None else tr.actor.to(dev)
     for i in range(len(tr)):
         s = slice(i, i + 1)
         buf.add({g: v[s] for g, v in obs.items()}, action[s], reward[s], term[s], trunc[s],
-                {g: v[s] for g, v in nxt.items()})
+                {g: v[s] for g, v in nxt.items()}, actor=None if actor is None else actor[s])
     return buf
 
 

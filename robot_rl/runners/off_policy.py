@@ -83,7 +83,7 @@ class OffPolicyRunner(RunnerLoop):
             applied = info.get(keys.APPLIED_ACTION)
             self.replay.add(obs, action if applied is None else applied.to(self.device), reward, terminated,
                             truncated, next_obs, to_device(info[keys.FINAL_OBS], self.device),
-                            info.get(keys.FAULTED))
+                            info.get(keys.FAULTED), info.get(keys.ACTOR))
             algo.observe(reward, terminated, truncated)
             self.stats.add(info, episode_mask(terminated, truncated))
             for k, v in info.get(keys.LOG, {}).items():

@@ -1,0 +1,8 @@
+"""The human-in-the-loop agent's parts (DESIGN.md §5): triggers that ask for a take-over, and the arbiter that
+decides, step by step and env by env, who acts -- the policy, a person (or a scripted expert playing one), or a
+recovery policy."""
+
+from robot_rl.hil.arbiter import Arbiter
+from robot_rl.hil.triggers import Polled, Trigger, ValueStall, ValueThreshold, window_slopes
+
+__all__ = ["Arbiter", "Polled", "Trigger", "ValueStall", "ValueThreshold", "window_slopes"]
