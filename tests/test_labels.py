@@ -12,6 +12,7 @@ from robot_rl.data.labels import (
     compute_labels,
     corrections,
     episode_bounds,
+    frame_scales,
     indicators,
     intervention_frames,
     max_length,
@@ -20,6 +21,8 @@ from robot_rl.data.labels import (
     rewards,
     smooth_advantages,
     solved_frames,
+    targets_for,
+    task_scales,
     task_thresholds,
     value_targets,
     write_sidecar,
@@ -137,9 +140,36 @@ def test_compute_labels_and_the_sidecar_round_trip(tmp_path):
     np.testing.assert_array_equal(labels.value_target, [-0.25, -0.125, 0.0, 0.0, -0.625, -0.5, -0.375])
     write_sidecar(labels, tmp_path / "labels", {"dataset": "abc"})
     back, meta = read_sidecar(tmp_path / "labels")
-    assert meta["dataset"] == "abc" and back.thresholds == labels.thresholds and back.max_episode_length == M
+    assert meta["dataset"] == "abc" and back.thresholds == labels.thresholds
+    assert labels.max_episode_length == back.max_episode_length == {0: M, 1: M}
     for c in labels.COLUMNS:
         np.testing.assert_array_equal(getattr(back, c), getattr(labels, c))
+    # a sidecar written when one M served every task reads as that M for each
+    (tmp_path / "labels" / "labels.json").write_text(
+        (tmp_path / "labels" / "labels.json").read_text().replace('"0": 8,\n    "1": 8', '"x": 0').replace(
+            '"max_episode_length": {\n    "x": 0\n  }', '"max_episode_length": 8'))
+    assert '"max_episode_length": 8' in (tmp_path / "labels" / "labels.json").read_text()
+    assert read_sidecar(tmp_path / "labels")[0].max_episode_length == {0: M, 1: M}
+
+
+def test_each_task_has_its_own_value_scale():
+    """M per task: max_episode_length_by_task by instruction, else max_episode_length, else the task's longest
+    episode. Task 0 (episode 0, 4 frames, success at frame 2) at M = 8, task 1 (episode 1, 3 frames, a failure) at
+    M = 4 with C = 2: -(3 + 2)/4 = -1.25 -> -1, -(2 + 2)/4 = -1, -(1 + 2)/4 = -0.75."""
+    cols = {"episode_index": EPS, "task_index": TASKS, "next.success": SUCCESS}
+    tasks = ["lift", "push"]
+    cfg = LabelConfig(max_episode_length=M, max_episode_length_by_task={"push": 4}, fail_penalty=C)
+    assert task_scales(EPS, TASKS, tasks, cfg) == {0: 8, 1: 4}
+    target, scales = targets_for(cols, "next.success", cfg, tasks)
+    np.testing.assert_array_equal(target, [-0.25, -0.125, 0.0, 0.0, -1.0, -1.0, -0.75])
+    r = rewards(EPS, SUCCESS, frame_scales(TASKS, scales), C)
+    np.testing.assert_array_equal(r, [-0.125, -0.125, 0.0, 0.0, -0.25, -0.25, -0.75])  # -1/4 per frame, -C/4 more
+    # nothing configured: each task's longest episode (4 and 3 frames)
+    assert task_scales(EPS, TASKS, tasks, LabelConfig()) == {0: 4, 1: 3}
+    with pytest.raises(ValueError, match=r"names \['pushh'\], which the data's instructions"):
+        task_scales(EPS, TASKS, tasks, LabelConfig(max_episode_length_by_task={"pushh": 4}))
+    with pytest.raises(ValueError, match="max_episode_length_by_task"):
+        LabelConfig(max_episode_length_by_task={"push": 0})
 
 
 def test_bad_input_is_refused():

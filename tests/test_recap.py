@@ -121,7 +121,7 @@ def test_the_value_scores_of_a_labelled_dataset_by_hand():
     zeros = np.zeros(8)
     labels = Labels(index=np.arange(8), episode_index=eps, frame_index=frame, task_index=zeros, value_target=target,
                     reward=zeros, value=value, advantage=zeros, advantage_indicator=zeros.astype(bool),
-                    intervention=zeros.astype(bool), thresholds={0: 0.0}, max_episode_length=3)
+                    intervention=zeros.astype(bool), thresholds={0: 0.0}, max_episode_length={0: 3})
     got = value_scores(labels, success[:, None])
     # VOC: Spearman of episode 0's values (ranks 1, 3, 2) with its frames: 1 - 6 * 2 / (3 * 8) = 0.5; episode 1: 1.0
     assert got["voc"] == pytest.approx(0.75)

@@ -79,7 +79,7 @@ def test_label_quality_by_fifth_of_the_episode(tmp_path):
     lab = Labels(np.arange(n), eps, np.r_[np.arange(5), np.arange(10), np.arange(5)], np.zeros(n, dtype=int), target,
                  np.zeros(n, np.float32), -np.arange(n, dtype=np.float32) / 8, pos.astype(np.float32), pos,
                  np.zeros(n, bool),
-                 {0: 0.5}, 10)
+                 {0: 0.5}, {0: 10})
     write_sidecar(lab, tmp_path, {})
     q = label_quality(tmp_path, n_expert=1)
     assert q["positive_rate_by_fifth_expert"] == [1.0, 1.0, 0.0, 0.0, 0.0]

@@ -22,6 +22,7 @@ from robot_rl.algos.recap import indicator_weights
 from robot_rl.checkpoint import POLICY_DIR, load_checkpoint
 from robot_rl.cli.main import main
 from robot_rl.data.labels import read_sidecar
+from robot_rl.data.lerobot_format import read_meta
 from tests.test_lerobot_loader import JOINTS, make_dataset, tree_hash
 from tests.test_offline_cli import TINY
 
@@ -252,16 +253,17 @@ def test_a_pretrained_value_model_labels_another_dataset_without_training(datase
     import robot_rl.algos.value_learning as value_mod
 
     first = tmp_path / "fitted"
-    assert _offline("recap", dataset, first, "steps=1") == 0
+    m20 = "algo.labels.max_episode_length=20"  # one M for both tasks, here and on the other dataset
+    assert _offline("recap", dataset, first, "steps=1", m20) == 0
     loads = []
     real_load = value_mod.load_value_model
     for mod in (value_mod, advantages_mod):  # every module that loads a value model from disk
         monkeypatch.setattr(mod, "load_value_model", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
-    other = make_dataset(tmp_path / "other", lengths=[20, 9, 14, 11])  # other episodes, same longest (M = 20)
+    other = make_dataset(tmp_path / "other", lengths=[20, 9, 14, 11])  # other episodes
     before = tree_hash(dataset), tree_hash(other)
     for data, run in ((other, tmp_path / "on_other"), (dataset, tmp_path / "on_same")):
         capsys.readouterr()
-        assert _offline("awr" if data == other else "recap", data, run, "steps=1",
+        assert _offline("awr" if data == other else "recap", data, run, "steps=1", m20,
                         f"algo.value.pretrained={first / 'value'}") == 0
         err = capsys.readouterr().err
         assert "labelling with the pretrained value model" in err and "value model: step" not in err, err
@@ -281,11 +283,13 @@ def test_a_pretrained_value_model_labels_another_dataset_without_training(datase
 
 def test_a_pretrained_value_model_that_does_not_fit_is_refused_before_anything_is_written(dataset, tmp_path, capsys):
     fitted = tmp_path / "fitted"
-    assert _offline("recap", dataset, fitted, "steps=1") == 0
+    assert _offline("recap", dataset, fitted, "steps=1", "algo.labels.max_episode_length=20") == 0  # M = 20 for both
     short = make_dataset(tmp_path / "short", lengths=[8, 10], tasks=("push the cube 0",))  # M = 10, a new word
-    cases = ((short, [], ["(20.0, 20.0)", "(10.0, 10.0)", "['push']"]),
+    cases = ((short, [], ["(20.0, 20.0)", "(10.0, 10.0)", "['push']"]),  # a new task: held to the model's one M
              (short, ["algo.labels.max_episode_length=20"], ["['push']"]),  # M as the model's: only the word is left
-             (dataset, ["algo.labels.fail_penalty=5"], ["(20.0, 5.0)"]),
+             (dataset, ["algo.labels.max_episode_length=20", "algo.labels.fail_penalty=5"], ["(20.0, 5.0)"]),
+             (dataset, [], [("for 'pick the cube 0' it was fitted to targets with (M, C) = (20.0, 20.0) frames "
+                             "and this data's labels use (15.0, 15.0)")]),  # each task's own longest episode
              (dataset, [], ["no value model there"]))
     for i, (data, extra, messages) in enumerate(cases):
         source = tmp_path / "nowhere" if "no value model there" in messages else fitted / "value"
@@ -348,7 +352,7 @@ def test_end_to_end_on_a_collected_dataset(tmp_path, capsys):
     assert _offline("recap", data, run, "steps=4", "algo.labels.n_step=10") == 0
     assert tree_hash(data) == before
     labels, _ = read_sidecar(run / "labels")
-    assert labels.max_episode_length <= 45 and len(np.unique(labels.episode_index)) == 6
+    assert max(labels.max_episode_length.values()) <= 45 and len(np.unique(labels.episode_index)) == 6
     out = tmp_path / "eval"
     assert main(["eval", f"checkpoint={run}", "task=so101_lift", "task.episode_length=10", "num_episodes=2",
                  "num_envs=2", "video=false", f"out_dir={out}"]) == 0, capsys.readouterr().err
@@ -513,3 +517,18 @@ def test_the_loops_takeover_trigger_is_chosen_by_setting_and_older_runs_still_re
     check_resume_settings(run, now, _State(run / "state.json"))  # the new settings at their defaults: as then
     with pytest.raises(ValueError, match="intervene_trigger: 'threshold' then, 'stall' now"):
         check_resume_settings(run, {**now, "intervene_trigger": "stall"}, _State(run / "state.json"))
+
+
+def test_each_instruction_gets_its_own_value_scale_from_the_command_line(dataset, tmp_path, capsys):
+    """algo.labels.max_episode_length_by_task (Hydra's map form): that task's M, the others max_episode_length; an
+    instruction the data lacks is refused before anything is written."""
+    run = tmp_path / "scales"
+    assert _offline("recap", dataset, run, "steps=1", "algo.labels.max_episode_length=20",
+                    "algo.labels.max_episode_length_by_task={pick the cube 1:40}") == 0, capsys.readouterr().err
+    labels, _ = read_sidecar(run / "labels")
+    tasks = list(read_meta(dataset).tasks)  # by task_index
+    assert labels.max_episode_length == {tasks.index("pick the cube 0"): 20, tasks.index("pick the cube 1"): 40}
+    capsys.readouterr()
+    assert _offline("recap", dataset, tmp_path / "typo", "steps=1",
+                    "algo.labels.max_episode_length_by_task={pick the cube 2:40}") == 2
+    assert "names ['pick the cube 2'], which the data's instructions" in capsys.readouterr().err

@@ -90,7 +90,8 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
         if meta.get("dataset") == fingerprint and meta.get("settings") == settings:
             print(f"{name}: reusing the labels in {labels_dir}", file=sys.stderr)
             return labels, meta.get("summary", {})
-    targets, max_len = targets_for(cols, success_col, cfg.labels)
+    targets, scales = targets_for(cols, success_col, cfg.labels, sampler.tasks)
+    max_len = {sampler.tasks[t]: m for t, m in scales.items()}  # M by instruction: what a reuse elsewhere compares
     model = None
     if (value_dir / "manifest.json").is_file():
         model, meta = load_value_model(value_dir, device)
@@ -116,7 +117,7 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
                                             "max_episode_length": max_len})
     start = time.perf_counter()
     values = predict_values(model, sampler, cfg.value.eval_batch_size)
-    labels = compute_labels(cols, values, success_col, cfg.labels, inter_col)
+    labels = compute_labels(cols, values, success_col, cfg.labels, inter_col, sampler.tasks)
     summary["label_s"] = round(time.perf_counter() - start, 2)
     summary.update(value_scores(labels, cols[success_col]))
     write_sidecar(labels, labels_dir, {"dataset": fingerprint, "settings": settings, "summary": summary})

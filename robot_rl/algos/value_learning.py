@@ -20,7 +20,7 @@ from policies import keys
 from robot_rl.algos.guard import NonFiniteGuard, guarded_step
 from robot_rl.algos.optim import adamw
 from robot_rl.algos.precision import bf16_autocast, check_bf16
-from robot_rl.data.labels import LabelConfig, max_length
+from robot_rl.data.labels import LabelConfig, task_scales
 from robot_rl.models.value import ValueConfig, ValueModel
 
 
@@ -154,8 +154,11 @@ def value_config_for(sampler: Any, base: ValueConfig) -> ValueConfig:
 
 
 def target_settings(labels: LabelConfig) -> dict[str, Any]:
-    """The label settings that fix a value model's targets (and so the scale of its values): M and C."""
-    return {"max_episode_length": labels.max_episode_length, "fail_penalty": labels.fail_penalty}
+    """The label settings that fix a value model's targets (and so the scale of its values): M (per task) and C."""
+    out = {"max_episode_length": labels.max_episode_length, "fail_penalty": labels.fail_penalty}
+    if labels.max_episode_length_by_task:  # only then: the settings of models saved before it existed still match
+        out["max_episode_length_by_task"] = dict(labels.max_episode_length_by_task)
+    return out
 
 
 def load_pretrained_value(folder: str | Path, sampler: Any, labels: LabelConfig,
@@ -179,14 +182,25 @@ def load_pretrained_value(folder: str | Path, sampler: Any, labels: LabelConfig,
     model, meta = load_value_model(folder, device)
     digest = hashlib.sha256((folder / MANIFEST).read_bytes()).hexdigest()
     problems = []
-    m = max_length(np.asarray(sampler.columns()["episode_index"]), labels.max_episode_length)
-    here = (float(m), float(m if labels.fail_penalty is None else labels.fail_penalty))
-    m_src = meta.get("max_episode_length")
+    scales = task_scales(np.asarray(sampler.columns()["episode_index"]), np.asarray(sampler.task_index),
+                         sampler.tasks, labels)
+    m_src = meta.get("max_episode_length")  # by instruction; one number for every task in models saved before
     c_src = ((meta.get("settings") or {}).get("targets") or {}).get("fail_penalty")
-    fitted = None if m_src is None else (float(m_src), float(m_src if c_src is None else c_src))
-    if fitted != here:
-        problems.append(f"it was fitted to targets with (M, C) = {fitted} frames and this data's labels use {here} "
-                        "(set algo.labels.max_episode_length and algo.labels.fail_penalty to the model's)")
+    # a task it was not fitted on is held to the model's one M when all its tasks share one (else only its words
+    # must be known, below)
+    shared = (next(iter(set(m_src.values()))) if isinstance(m_src, dict) and len(set(m_src.values())) == 1
+              else None)
+    for t, m in sorted(scales.items()):
+        task = sampler.tasks[t]
+        src = m_src.get(task, shared) if isinstance(m_src, dict) else m_src
+        if src is None and isinstance(m_src, dict):
+            continue
+        here = (float(m), float(m if labels.fail_penalty is None else labels.fail_penalty))
+        fitted = None if src is None else (float(src), float(src if c_src is None else c_src))
+        if fitted != here:
+            problems.append(f"for {task!r} it was fitted to targets with (M, C) = {fitted} frames and this data's "
+                            f"labels use {here} (set algo.labels.max_episode_length, max_episode_length_by_task and "
+                            "fail_penalty to the model's)")
     for cam in model.cfg.cameras:
         feature = sampler.features.get(keys.lerobot_image_key(cam))
         if feature is None:

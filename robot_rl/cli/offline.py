@@ -97,7 +97,8 @@ def offline_algo_schemas() -> dict[str, dict[str, Any]]:
     bc = {**defaults_of(BCConfig, ("total_updates",)), "policy": policy}
     advantages = {"value": {**defaults_of(ValueTrainConfig, ("model",)),
                             "model": defaults_of(ValueConfig, VALUE_SIZED)},
-                  "labels": defaults_of(LabelConfig)}
+                  "labels": {**defaults_of(LabelConfig),  # instruction -> M: the user's task strings, an open map
+                             "max_episode_length_by_task": OmegaConf.create({}, flags={"struct": False})}}
     schemas = {}
     for name, spec in OFFLINE_ALGO_SPECS.items():
         node = {"name": name, **bc, "policy": {k: v for k, v in policy.items() if k not in spec.policy_keys}}

@@ -2,7 +2,8 @@
 as pure functions over frame arrays, and the sidecar that stores them beside (never inside) a dataset.
 
 Frames are rows sorted by (episode_index, frame_index), as ``ChunkSampler`` holds them; per-frame arrays are [F].
-With M the task's max episode length (frames) and C the failure penalty (frames, default M):
+With M the task's max episode length (frames; each task of a multi-task dataset has its own: ``task_scales``) and C
+the failure penalty (frames, default M):
 
     value target   successful episode, first success at frame T (``next.success`` first True there, or as
                    ``LabelConfig``'s outcome settings read it: ``solved_frames``):
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,10 @@ class LabelConfig:
 
     n_step: int = 50  # N of the N-step advantage (frames; 50 at 30 Hz in π*0.6)
     positive_fraction: float = 0.3  # share of each task's frames labelled positive (threshold at its quantile)
-    max_episode_length: int | None = None  # M (frames); None: the longest episode of the dataset
+    # M (frames) of every task not in max_episode_length_by_task; None: each task's longest episode in the data
+    max_episode_length: int | None = None
+    # instruction -> M (frames) of that task (a multi-task dataset's tasks have their own time limits)
+    max_episode_length_by_task: dict[str, int] = field(default_factory=dict)
     fail_penalty: float | None = None  # C (frames) added to a failed episode's remaining steps; None: M
     smooth_window: int = 1  # W (frames, odd): A averaged over a centred window of its episode; 1: per frame
     # Where each episode's outcome is read: a frame is solved where ``success_column`` >= ``success_threshold``.
@@ -77,6 +81,9 @@ class LabelConfig:
             raise ValueError(f"labels positive_fraction must be in (0, 1], got {self.positive_fraction}")
         if self.max_episode_length is not None and self.max_episode_length < 1:
             raise ValueError(f"labels max_episode_length must be >= 1, got {self.max_episode_length}")
+        bad = {t: m for t, m in self.max_episode_length_by_task.items() if int(m) < 1}
+        if bad:
+            raise ValueError(f"labels max_episode_length_by_task must map each instruction to >= 1 frames, got {bad}")
         if self.fail_penalty is not None and self.fail_penalty < 0:
             raise ValueError(f"labels fail_penalty must be >= 0, got {self.fail_penalty}")
         if self.successful_episodes is not None and self.failed_episodes is not None:
@@ -163,22 +170,61 @@ def max_length(episode_index: np.ndarray, cfg_value: int | None) -> int:
     return int((end - start).max() + 1)
 
 
-def value_targets(episode_index: np.ndarray, success: np.ndarray, max_len: int,
+def task_scales(episode_index: np.ndarray, task_index: np.ndarray, tasks: list[str] | None,
+                cfg: LabelConfig) -> dict[int, int]:
+    """M of each task index among the frames: ``cfg.max_episode_length_by_task`` by the task's instruction (``tasks``
+    indexed by task_index), else ``cfg.max_episode_length``, else the longest episode of that task.
+
+    Raises:
+        ValueError: an instruction of ``max_episode_length_by_task`` is not among ``tasks`` (a misspelling would
+            silently give that task another scale).
+    """
+    eps, task = np.asarray(episode_index).reshape(-1), np.asarray(task_index).reshape(-1)
+    by_task = dict(cfg.max_episode_length_by_task)
+    if by_task:
+        known = list(tasks or [])
+        missing = sorted(set(by_task) - set(known))
+        if missing:
+            raise ValueError(f"algo.labels.max_episode_length_by_task names {missing}, which the data's instructions "
+                             f"{known} do not include")
+    out = {}
+    for t in np.unique(task).tolist():
+        name = tasks[t] if tasks is not None and t < len(tasks) else None
+        if name in by_task:
+            out[int(t)] = int(by_task[name])
+        else:
+            out[int(t)] = max_length(eps[task == t], cfg.max_episode_length)
+    return out
+
+
+def frame_scales(task_index: np.ndarray, scales: dict[int, int]) -> np.ndarray:
+    """M of each frame [F] float64, its task's (``task_scales``)."""
+    task = np.asarray(task_index).reshape(-1).astype(np.int64)
+    lookup = np.zeros(max(scales) + 1, dtype=np.float64)
+    for t, m in scales.items():
+        lookup[t] = m
+    return lookup[task]
+
+
+def value_targets(episode_index: np.ndarray, success: np.ndarray, max_len: int | np.ndarray,
                   fail_penalty: float | None = None) -> np.ndarray:
     """y_t [F] float32 (see the module docstring): −(frames to the first success)/M, failures −(L − t + C)/M, all
-    clipped to [−1, 0]."""
-    c = float(max_len if fail_penalty is None else fail_penalty)
+    clipped to [−1, 0]. ``max_len``: M, one for every frame or each frame's [F] (``frame_scales``)."""
+    max_len = np.asarray(max_len, dtype=np.float64)
+    c = max_len if fail_penalty is None else float(fail_penalty)
     start, end = episode_bounds(episode_index)
     first = first_success(episode_index, success)
     rows = np.arange(len(start))
     to_go = np.where(first >= 0, np.maximum(first - rows, 0), (end - rows + 1) + c)
-    return np.clip(-to_go / float(max_len), -1.0, 0.0).astype(np.float32)
+    return np.clip(-to_go / max_len, -1.0, 0.0).astype(np.float32)
 
 
-def rewards(episode_index: np.ndarray, success: np.ndarray, max_len: int,
+def rewards(episode_index: np.ndarray, success: np.ndarray, max_len: int | np.ndarray,
             fail_penalty: float | None = None) -> np.ndarray:
-    """r_t [F] float32 consistent with ``value_targets`` (before clipping): Σ_{k ≥ t} r_k = −to_go_t / M."""
-    c = float(max_len if fail_penalty is None else fail_penalty)
+    """r_t [F] float32 consistent with ``value_targets`` (before clipping): Σ_{k ≥ t} r_k = −to_go_t / M (``max_len``
+    as there)."""
+    max_len = np.asarray(max_len, dtype=np.float64)
+    c = max_len if fail_penalty is None else float(fail_penalty)
     start, end = episode_bounds(episode_index)
     first = first_success(episode_index, success)
     rows = np.arange(len(start))
@@ -256,7 +302,7 @@ class Labels:
     advantage_indicator: np.ndarray  # bool
     intervention: np.ndarray  # bool: correction frames (``corrections``), the ones forced positive
     thresholds: dict[int, float]
-    max_episode_length: int
+    max_episode_length: dict[int, int]  # M of each task index (``task_scales``)
 
     COLUMNS = ("index", "episode_index", "frame_index", "task_index", "value_target", "reward", "value", "advantage",
                "advantage_indicator", "intervention")
@@ -266,28 +312,32 @@ class Labels:
         return float(self.advantage_indicator.mean())
 
 
-def targets_for(columns: dict[str, np.ndarray], success_col: str, cfg: LabelConfig) -> tuple[np.ndarray, int]:
-    """(value targets [F], M) of a frame table ``columns`` (episode_index and the success column)."""
-    m = max_length(columns["episode_index"], cfg.max_episode_length)
-    return value_targets(columns["episode_index"], columns[success_col], m, cfg.fail_penalty), m
+def targets_for(columns: dict[str, np.ndarray], success_col: str, cfg: LabelConfig,
+                tasks: list[str] | None = None) -> tuple[np.ndarray, dict[int, int]]:
+    """(value targets [F], M of each task index) of a frame table ``columns`` (episode_index, task_index and the
+    success column); ``tasks``: the instructions by task_index (for ``max_episode_length_by_task``)."""
+    eps = columns["episode_index"]
+    scales = task_scales(eps, columns["task_index"], tasks, cfg)
+    m = frame_scales(columns["task_index"], scales)
+    return value_targets(eps, columns[success_col], m, cfg.fail_penalty), scales
 
 
 def compute_labels(columns: dict[str, np.ndarray], values: np.ndarray, success_col: str, cfg: LabelConfig,
-                   intervention_col: str | None = None) -> Labels:
+                   intervention_col: str | None = None, tasks: list[str] | None = None) -> Labels:
     """Targets, rewards, advantages and indicators of a frame table (index, episode_index, frame_index,
     task_index, the success column, optionally the intervention column) given predicted values [F]; correction
-    frames (``corrections``) are forced positive."""
+    frames (``corrections``) are forced positive. ``tasks``: as ``targets_for``'s."""
     eps = np.asarray(columns["episode_index"]).reshape(-1)
-    target, m = targets_for(columns, success_col, cfg)
-    r = rewards(eps, columns[success_col], m, cfg.fail_penalty)
+    target, scales = targets_for(columns, success_col, cfg, tasks)
+    r = rewards(eps, columns[success_col], frame_scales(columns["task_index"], scales), cfg.fail_penalty)
     adv = smooth_advantages(n_step_advantages(values, r, eps, cfg.n_step), eps, cfg.smooth_window)
-    tasks = np.asarray(columns["task_index"]).reshape(-1)
-    thr = task_thresholds(adv, tasks, cfg.positive_fraction)
+    task = np.asarray(columns["task_index"]).reshape(-1)
+    thr = task_thresholds(adv, task, cfg.positive_fraction)
     inter = (corrections(eps, columns[intervention_col]) if intervention_col
              else np.zeros(len(eps), dtype=bool))
     return Labels(np.asarray(columns["index"]).reshape(-1), eps, np.asarray(columns["frame_index"]).reshape(-1),
-                  tasks, target, r, np.asarray(values, dtype=np.float32).reshape(-1), adv,
-                  indicators(adv, tasks, thr, inter), inter, thr, m)
+                  task, target, r, np.asarray(values, dtype=np.float32).reshape(-1), adv,
+                  indicators(adv, task, thr, inter), inter, thr, scales)
 
 
 # ------------------------------------------------------------------------------------------- the sidecar
@@ -304,7 +354,8 @@ def write_sidecar(labels: Labels, folder: str | Path, info: dict[str, Any]) -> P
     pq.write_table(table, tmp)
     _fsync_replace(tmp, folder / LABELS_PARQUET)
     meta = {"thresholds": {str(k): v for k, v in labels.thresholds.items()},
-            "max_episode_length": labels.max_episode_length, "frames": len(labels.index),
+            "max_episode_length": {str(k): v for k, v in labels.max_episode_length.items()},
+            "frames": len(labels.index),
             "positive_fraction": labels.positive_fraction, **info}
     tmp = folder / f".{LABELS_JSON}.tmp"
     tmp.write_text(json.dumps(meta, indent=2))
@@ -321,7 +372,10 @@ def read_sidecar(folder: str | Path) -> tuple[Labels, dict[str, Any]]:
     table = pq.read_table(folder / LABELS_PARQUET)
     cols = {c: table.column(c).to_numpy() for c in Labels.COLUMNS}
     thr = {int(k): float(v) for k, v in meta["thresholds"].items()}
-    return Labels(**cols, thresholds=thr, max_episode_length=int(meta["max_episode_length"])), meta
+    m = meta["max_episode_length"]
+    if not isinstance(m, dict):  # written before each task had its own M: one for every task
+        m = {str(t): m for t in np.unique(cols["task_index"]).tolist()}
+    return Labels(**cols, thresholds=thr, max_episode_length={int(k): int(v) for k, v in m.items()}), meta
 
 
 def _fsync_replace(tmp: Path, path: Path) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from policies import keys
-from robot_rl.data.labels import LabelConfig, intervention_frames, max_length, solved_frames
+from robot_rl.data.labels import LabelConfig, intervention_frames, solved_frames, task_scales
 
 
 def check_outcome_columns(metas: Any, labels: LabelConfig | None = None) -> None:
@@ -74,10 +74,15 @@ def check_some_success(sampler: Any, labels: LabelConfig) -> str:
         inter = intervention_frames(cols, labels)
         if inter is not None:
             line += f"; {len(np.unique(eps[inter]))} with {labels.intervention_column} frames"
-        if labels.max_episode_length is None:  # M scales every value: the longest episode stands in for the task's
-            # time limit, so that episode's first frame is valued -1 like a failure's (robot-rl recap passes the task's)
-            line += (f"; value scale M = {max_length(eps, None)} frames, the longest episode (set "
-                     f"algo.labels.max_episode_length to the task's time limit)")
+        scales = task_scales(eps, cols["task_index"], sampler.tasks, labels)
+        guessed = {sampler.tasks[t]: m for t, m in scales.items()
+                   if labels.max_episode_length is None and sampler.tasks[t] not in labels.max_episode_length_by_task}
+        if guessed:  # M scales every value: the longest episode stands in for the task's time limit, so that
+            # episode's first frame is valued -1 like a failure's (robot-rl recap passes the task's)
+            shown = (f"M = {next(iter(guessed.values()))} frames" if len(guessed) == 1 else
+                     "M = " + ", ".join(f"{m} frames for {t!r}" for t, m in guessed.items()))
+            line += (f"; value scale {shown}, the longest episode (set algo.labels.max_episode_length, or "
+                     f"max_episode_length_by_task, to the task's time limit)")
         return line
     what = (f"algo.labels.{labels.named_episodes[0]} leaves none" if labels.named_episodes is not None else
             f"{labels.success_column!r} is never >= {labels.success_threshold} in its {sampler.num_episodes} "
