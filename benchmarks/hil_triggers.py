@@ -12,7 +12,8 @@ one called in).
         --betas 2.5 --eval-episodes 50 --no-video --work /tmp/hil/recap --out /tmp/hil/recap_out
     python benchmarks/hil_triggers.py --run /tmp/hil/recap/recap_balanced_s0 --work /tmp/hil/collect --episodes 200
 
-Writes ``hil_triggers.json`` + ``hil_triggers.png`` into ``--out`` (default benchmarks/results).
+Writes ``hil_triggers.json`` + ``hil_triggers.png`` into ``--out`` (default benchmarks/results); ``--plot-only`` redraws
+the PNG from the JSON there.
 """
 
 from __future__ import annotations
@@ -126,11 +127,11 @@ def plot(data: dict[str, Any], path: Path) -> None:
             if x is None:
                 continue
             marker = "s" if name.startswith("stall") else "o" if name.startswith("threshold") else "x"
-            ax.scatter(x, r["success_rate"], marker=marker, color=f"C{i}", s=50)
-            ax.annotate(name, (x, r["success_rate"]), fontsize=7, xytext=(4, 3), textcoords="offset points")
+            ax.scatter(x, r["success_rate"], marker=marker, color=f"C{i}", s=50, label=name)
         ax.set_xlabel(label)
         ax.set_ylabel("collection success rate")
         ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="lower right")
     fig.suptitle(f"take-over triggers: {data['settings']['episodes']} so101_lift episodes each, same seeds; a RECAP "
                  "policy collects, its value model watches, the scripted expert takes over (o threshold, s stall)",
                  fontsize=9)
@@ -148,7 +149,11 @@ def main() -> None:
     p.add_argument("--beta", type=float, default=2.5, help="CFG β the policy samples with (the loop's)")
     p.add_argument("--triggers", default=",".join(TRIGGERS))
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--plot-only", action="store_true", help="redraw NAME.png from NAME.json in --out")
     a = p.parse_args()
+    if a.plot_only:
+        plot(json.loads((a.out / f"{NAME}.json").read_text()), a.out / f"{NAME}.png")
+        return
     os.environ.setdefault("MUJOCO_GL", "egl")
     torch.set_num_threads(2)
     data: dict[str, Any] = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
