@@ -402,6 +402,8 @@ def test_the_improvement_loop_runs_records_interventions_and_resumes(tmp_path, c
     results = json.loads((run / "results.json").read_text())["rounds"]
     assert [r["round"] for r in results] == [0, 1]
     assert results[1]["collected_episodes"] == 2 and results[1]["intervention_rate"] == 1.0
+    won = round(results[1]["collected_success_rate"] * 2)  # both episodes were taken over
+    assert results[1]["takeovers_per_success"] == (2 / won if won else None)
     for r in results:
         assert 0.0 <= r["success_rate"] <= 1.0 and r["failure_rate"] == pytest.approx(1.0 - r["success_rate"])
     assert (run / "recap.png").is_file() and "| round |" in (run / "table.md").read_text()

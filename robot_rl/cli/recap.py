@@ -72,7 +72,7 @@ class RecapCommand:
     intervene_after: int = 10  # control steps into an episode before the value may trigger a take-over
     intervene_patience: int = 3  # consecutive steps below the threshold that trigger it
     # what asks for the expert: "threshold" (V below intervene_below for intervene_patience steps) or "stall" (the
-    # value's least-squares slope over the last intervene_window steps below intervene_min_progress / M per step, M
+    # value's Theil-Sen slope over the last intervene_window steps below intervene_min_progress / M per step, M
     # the task's episode length, the value's scale: sustained decline or stagnation; robot_rl.hil.ValueStall)
     intervene_trigger: str = "threshold"
     intervene_window: int = 20  # steps of value history for the stall trigger
@@ -355,9 +355,10 @@ def _collected_stats(data: Path, first: int) -> dict[str, Any]:
     e = cols["episode_index"].reshape(-1)
     succ, inter = (cols[c].reshape(-1).astype(bool) for c in (keys.SUCCESS_COL, keys.INTERVENTION_COL))
     per_ep = [(bool(succ[e == i].any()), bool(inter[e == i].any())) for i in eps]
-    return {"episodes": len(eps), "success_rate": float(np.mean([s for s, _ in per_ep])),
-            "intervention_rate": float(np.mean([x for _, x in per_ep])), "intervention_frames": float(inter.mean()),
-            "frames": len(e)}
+    successes, takeovers = sum(s for s, _ in per_ep), sum(x for _, x in per_ep)
+    return {"episodes": len(eps), "success_rate": successes / len(eps), "intervention_rate": takeovers / len(eps),
+            "intervention_frames": float(inter.mean()), "frames": len(e),
+            "takeovers_per_success": takeovers / successes if successes else None}
 
 
 def _exported(run: Path) -> Path:
@@ -458,6 +459,7 @@ def _row(r: int, state: _State, rdir: Path) -> dict[str, Any]:
             "throughput_per_hour": ev["throughput_per_hour"], "mean_length": ev["mean_length"],
             "collected_episodes": col.get("episodes", 0), "collected_success_rate": col.get("success_rate"),
             "intervention_rate": col.get("intervention_rate") if r > 0 else None,
+            "takeovers_per_success": col.get("takeovers_per_success") if r > 0 else None,
             "dataset_frames": labels["frames"], "voc_train": labels.get("summary", {}).get("voc"),
             "train_s": state.done(f"round_{r}/train")["seconds"], "collect_s": col.get("seconds"),
             "eval_s": ev["seconds"]}
@@ -465,13 +467,15 @@ def _row(r: int, state: _State, rdir: Path) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The per-round Markdown table."""
-    lines = ["| round | success | failure | throughput (/h) | episodes with a take-over | frames | VOC (train) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [("| round | success | failure | throughput (/h) | episodes with a take-over | take-overs per success "
+              "| frames | VOC (train) |"), "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         inter = "-" if row["intervention_rate"] is None else f"{row['intervention_rate']:.2f}"
+        per = row.get("takeovers_per_success")  # absent from rows of runs made before it was counted
+        per = "-" if per is None else f"{per:.2f}"
         voc = "-" if row["voc_train"] is None else f"{row['voc_train']:.3f}"
         lines.append(f"| {row['round']} | {row['success_rate']:.3f} | {row['failure_rate']:.3f} | "
-                     f"{row['throughput_per_hour']:.0f} | {inter} | {row['dataset_frames']} | {voc} |")
+                     f"{row['throughput_per_hour']:.0f} | {inter} | {per} | {row['dataset_frames']} | {voc} |")
     return "\n".join(lines) + "\n"
 
 
