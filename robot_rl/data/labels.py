@@ -328,8 +328,10 @@ def compute_labels(columns: dict[str, np.ndarray], values: np.ndarray, success_c
     task_index, the success column, optionally the intervention column) given predicted values [F]; correction
     frames (``corrections``) are forced positive. ``tasks``: as ``targets_for``'s."""
     eps = np.asarray(columns["episode_index"]).reshape(-1)
-    target, scales = targets_for(columns, success_col, cfg, tasks)
-    r = rewards(eps, columns[success_col], frame_scales(columns["task_index"], scales), cfg.fail_penalty)
+    scales = task_scales(eps, columns["task_index"], tasks, cfg)
+    m = frame_scales(columns["task_index"], scales)  # each frame's M, for the targets and the rewards alike
+    target = value_targets(eps, columns[success_col], m, cfg.fail_penalty)
+    r = rewards(eps, columns[success_col], m, cfg.fail_penalty)
     adv = smooth_advantages(n_step_advantages(values, r, eps, cfg.n_step), eps, cfg.smooth_window)
     task = np.asarray(columns["task_index"]).reshape(-1)
     thr = task_thresholds(adv, task, cfg.positive_fraction)
