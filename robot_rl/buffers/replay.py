@@ -105,9 +105,16 @@ class ReplayBuffer:
         self.pos = (self.pos + 1) % self.rows
         self.size = min(self.size + 1, self.rows)
 
-    def sample(self, batch_size: int, n_step: int = 1, gamma: float = 0.99) -> Batch:
+    @property
+    def num_interventions(self) -> int:
+        """Stored transitions whose action someone other than the policy chose (a person, a recovery policy)."""
+        return int((self.actor != keys.ACTOR_POLICY).sum())
+
+    def sample(self, batch_size: int, n_step: int = 1, gamma: float = 0.99, interventions: bool = False) -> Batch:
         """Uniform transitions with n-step targets (``returns.nstep_targets``), cut at episode ends and at the
-        newest row (a window running past it is shortened, never filled with stale rows).
+        newest row (a window running past it is shortened, never filled with stale rows). ``interventions``: draw
+        only among the transitions someone other than the policy chose (their n-step windows run on into whatever
+        followed them).
 
         Returns:
             ``obs`` / ``next_obs`` (group -> [B, ...]; o' is the one after the last step kept), ``action``
@@ -117,15 +124,26 @@ class ReplayBuffer:
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         n = self.num_envs
-        flat = torch.randint(self.size * n, (batch_size,), device=self.device)
         oldest = (self.pos - self.size) % self.rows
+        if interventions:  # flat positions (rows after the oldest * N + env) of the transitions to draw among
+            rows_, envs_ = (self.actor != keys.ACTOR_POLICY).nonzero(as_tuple=True)  # unfilled rows hold the policy
+            pool = ((rows_ - oldest) % self.rows) * n + envs_
+            if len(pool) == 0:
+                raise RuntimeError("the replay buffer holds no intervention to sample")
+
+            def draw(k: int) -> torch.Tensor:
+                return pool[torch.randint(len(pool), (k,), device=self.device)]
+        else:
+            def draw(k: int) -> torch.Tensor:
+                return torch.randint(self.size * n, (k,), device=self.device)
+        flat = draw(batch_size)
         if self._fault_rows:  # draw again where a faulted transition was drawn (they are rare; the stream is
             # unchanged while none is stored)
             for _ in range(100):
                 bad = self.faulted[(oldest + flat // n) % self.rows, flat % n]
                 if not bool(bad.any()):
                     break
-                flat = torch.where(bad, torch.randint(self.size * n, (batch_size,), device=self.device), flat)
+                flat = torch.where(bad, draw(batch_size), flat)
             else:
                 raise RuntimeError("replay: could not draw transitions that did not fault (nearly all of them did)")
         offset, env = flat // n, flat % n  # offset: rows after the oldest one
@@ -183,9 +201,9 @@ def sample_mixed(online: ReplayBuffer, demo: ReplayBuffer | None, batch_size: in
         return online.sample(batch_size, n_step, gamma)
     if n_demo >= batch_size:
         return demo.sample(batch_size, n_step, gamma)
-    a, b = online.sample(batch_size - n_demo, n_step, gamma), demo.sample(n_demo, n_step, gamma)
+    return concat_batches(online.sample(batch_size - n_demo, n_step, gamma), demo.sample(n_demo, n_step, gamma))
 
-    def cat(x: Any, y: Any) -> Any:
-        return {k: cat(x[k], y[k]) for k in x} if isinstance(x, dict) else torch.cat([x, y])
 
-    return cat(a, b)
+def concat_batches(a: Batch, b: Batch) -> Batch:
+    """Two batches of the same keys (nested dicts of tensors) as one, ``a``'s rows first."""
+    return {k: concat_batches(a[k], b[k]) if isinstance(a[k], dict) else torch.cat([a[k], b[k]]) for k in a}

@@ -37,12 +37,14 @@ from robot_rl.cli.config import (
     CheckpointSettings,
     DemoDatasetSettings,
     EvalSettings,
+    HilSettings,
     TrainSettings,
     changed_settings,
     resolve_device,
     typed,
 )
 from robot_rl.env import VecEnv
+from robot_rl.hil.agent import InterventionAgent
 from robot_rl.logging import LoggerConfig, RunLogger
 from robot_rl.models.critics import CriticConfig, MLPCritic
 from robot_rl.models.q_critics import CategoricalQ, CategoricalQConfig
@@ -155,19 +157,38 @@ def build_algorithm(name: str, algo_raw: dict[str, Any], env: VecEnv,
 
 def build_runner(name: str, env: VecEnv, algo: Algorithm, runner_keys: dict[str, Any], limits: RunLimits,
                  logger: RunLogger, checkpoints: CheckpointManager | None, meta: dict[str, Any],
-                 demo: ReplayBuffer | None = None, update_threads: int | None = None) -> Any:
+                 demo: ReplayBuffer | None = None, update_threads: int | None = None, hil: Any = None) -> Any:
     """The runner that drives ``algo=<name>``: its config is the run's limits plus the algo config's runner keys.
-    ``demo``: a demonstration buffer mixed into every batch (off-policy learners only). ``update_threads``: torch's
-    threads while an on-policy learner updates (None: as they are; off-policy runners interleave updates with env
-    steps and ignore it)."""
+    ``demo``: a demonstration buffer mixed into every batch, ``hil``: an intervention agent (``build_hil``; both
+    for off-policy learners only). ``update_threads``: torch's threads while an on-policy learner updates (None: as
+    they are; off-policy runners interleave updates with env steps and ignore it)."""
     entry = algorithm_entry(name)
     shared = {f.name: getattr(limits, f.name) for f in dataclasses.fields(RunLimits)}
     if update_threads is not None and any(f.name == "update_threads" for f in dataclasses.fields(entry.runner_config)):
         shared["update_threads"] = update_threads
     cfg = typed(entry.runner_config, {**shared, **runner_keys}, "algo")
-    if demo is None:
-        return entry.runner(env, algo, cfg, logger, checkpoints, meta)
-    return entry.runner(env, algo, cfg, logger, checkpoints, meta, demo=demo)
+    extra = {k: v for k, v in (("demo", demo), ("hil", hil)) if v is not None}
+    return entry.runner(env, algo, cfg, logger, checkpoints, meta, **extra)
+
+
+def build_hil(settings: HilSettings, algo_name: str, env: VecEnv) -> InterventionAgent | None:
+    """The intervention agent of ``hil.*`` (None when ``hil.person`` is unset): the task's scripted expert playing
+    the person, judging by ``ActionGap``.
+
+    Raises:
+        ValueError: ``algo`` is not off-policy, or the task has no scripted expert.
+    """
+    if settings.person is None:
+        return None
+    if algorithm_entry(algo_name).runner is not OffPolicyRunner:
+        raise ValueError(f"hil.person is for off-policy learners (algo=flashsac): a person's actions are off-policy "
+                         f"data, which algo={algo_name} cannot learn from")
+    from robot_rl.hil import ActionGap
+    from sim.experts import make_expert
+
+    expert = make_expert(env, quality=settings.quality, seed=0)
+    return InterventionAgent(expert, ActionGap(settings.gap, settings.patience, settings.hold, env.num_envs),
+                             env.num_envs)
 
 
 def target_to_env_action(env: VecEnv) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
@@ -286,6 +307,7 @@ def build_training(cfg: Any) -> Training:
     eval_s = typed(EvalSettings, raw.pop("eval"), "eval")
     log_s = typed(LoggerConfig, raw.pop("logger"), "logger")
     demo_s = typed(DemoDatasetSettings, raw.pop("demo_dataset"), "demo_dataset")
+    hil_s = typed(HilSettings, raw.pop("hil"), "hil")
     s = typed(TrainSettings, raw, "")
     device = resolve_device(s.device)
     task_name, algo_name = task_raw.pop("name"), algo_raw.pop("name")
@@ -312,6 +334,7 @@ def build_training(cfg: Any) -> Training:
         print(f"warning: task.cameras renders {unread} every step, which {algo_name} does not read (it reads "
               f"{algo.obs_groups}); drop task.cameras to train without the rendering cost", file=sys.stderr)
     demo = build_demo_buffer(demo_s, algo_name, env, algo, task_cfg, device)  # before any write: a bad one fails here
+    hil = build_hil(hil_s, algo_name, env)
     meta = {"task": task_name, "algo": algo_name, "obs_spec": env.obs_spec.to_json(), "action_dim": env.action_dim,
             "task_config": dataclasses.asdict(task_cfg), "config": full}
     if ckpt is not None:  # another task or algorithm first, then what else cannot continue (nothing written yet)
@@ -325,7 +348,7 @@ def build_training(cfg: Any) -> Training:
     logger = RunLogger(run_dir, log_s, s.total_steps, start_steps, config=full)
     checkpoints = CheckpointManager(run_dir / CHECKPOINTS_DIR, ckpt_s.keep_last)
     update_threads = s.update_threads if s.update_threads is not None else available_cores()
-    runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta, demo, update_threads)
+    runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta, demo, update_threads, hil)
     if ckpt is not None:
         runner.restore(ckpt)
         logger.truncate_curve(runner.iteration)

@@ -64,6 +64,31 @@ class DemoDatasetSettings:
 
 
 @dataclass
+class HilSettings:
+    """``hil.*`` of ``robot-rl train``: a person watching the training may take over (HIL-SERL). In simulation the
+    task's scripted expert plays them (``hil.person=expert``): each step it acts from the same observations; where
+    the policy's action strays from its own (RMS gap over the action's dimensions, env units) by more than ``gap``
+    on ``patience`` consecutive steps, it drives for ``hold`` steps and hands back (``robot_rl.hil.ActionGap``).
+    Their transitions are tagged in the replay and make up RLPD's offline half (``algo.demo_fraction``), beside the
+    demos of ``demo_dataset`` where given. Off-policy learners only (algo=flashsac)."""
+
+    person: str | None = None  # expert: the task's scripted expert plays the person; None: nobody takes over
+    gap: float = 0.5  # RMS action gap (actions in [-1, 1]) the person does not let pass
+    patience: int = 5  # consecutive steps over the gap before they take over
+    hold: int = 15  # steps a take-over lasts before control goes back to the policy
+    quality: float = 1.0  # the scripted expert's quality (sim.experts: 1.0 as written, lower adds its flaws)
+
+    def __post_init__(self) -> None:
+        if self.person not in (None, "expert"):
+            raise ValueError(f"hil.person must be null or 'expert' (the task's scripted expert), got {self.person!r}")
+        if self.gap < 0 or self.patience < 1 or self.hold < 1:
+            raise ValueError(f"need hil.gap >= 0, hil.patience >= 1 and hil.hold >= 1, got {self.gap}, "
+                             f"{self.patience}, {self.hold}")
+        if not 0.0 <= self.quality <= 1.0:
+            raise ValueError(f"hil.quality must lie in [0, 1], got {self.quality}")
+
+
+@dataclass
 class EvalSettings:
     """Final evaluation: seeded episodes, a video from a camera."""
 

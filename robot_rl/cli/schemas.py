@@ -13,19 +13,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from robot_rl.cli.config import CheckpointSettings, DemoDatasetSettings, EvalCommand, EvalSettings, TrainSettings
+from robot_rl.cli.config import (
+    CheckpointSettings,
+    DemoDatasetSettings,
+    EvalCommand,
+    EvalSettings,
+    HilSettings,
+    TrainSettings,
+)
 from robot_rl.logging import LoggerConfig
 
 
 @dataclass
 class TrainSchema(TrainSettings):
-    """configs/train.yaml: the run's settings, the checkpoint / evaluation / logger / demo_dataset sections, and the
-    three groups chosen by name (``task=``, ``sim=``, ``algo=``)."""
+    """configs/train.yaml: the run's settings, the checkpoint / evaluation / logger / demo_dataset / hil sections,
+    and the three groups chosen by name (``task=``, ``sim=``, ``algo=``)."""
 
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     demo_dataset: DemoDatasetSettings = field(default_factory=DemoDatasetSettings)
+    hil: HilSettings = field(default_factory=HilSettings)
     task: Any = None
     sim: Any = None
     algo: Any = None

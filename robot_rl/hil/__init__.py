@@ -2,7 +2,9 @@
 decides, step by step and env by env, who acts -- the policy, a person (or a scripted expert playing one), or a
 recovery policy."""
 
+from robot_rl.hil.agent import InterventionAgent, Person
 from robot_rl.hil.arbiter import Arbiter
-from robot_rl.hil.triggers import Polled, Trigger, ValueStall, ValueThreshold, window_slopes
+from robot_rl.hil.triggers import ActionGap, Polled, Trigger, ValueStall, ValueThreshold, action_gap, window_slopes
 
-__all__ = ["Arbiter", "Polled", "Trigger", "ValueStall", "ValueThreshold", "window_slopes"]
+__all__ = ["ActionGap", "Arbiter", "InterventionAgent", "Person", "Polled", "Trigger", "ValueStall", "ValueThreshold",
+           "action_gap", "window_slopes"]

@@ -7,7 +7,9 @@ control step and says which envs ask for a take-over now (DESIGN.md §5, the HIL
 
 Value units are RECAP's (``robot_rl.data.labels``): V = -(steps to success) / M, so an episode on course to succeed
 gains 1 / M per step and a predicted failure sits at -1. A person at a take-over key is a trigger too
-(``Polled``), so the arbiter, the recorder and the loops treat a key, a schedule and a value model alike.
+(``Polled``), so the arbiter, the recorder and the loops treat a key, a schedule and a value model alike; and so
+is a person's judgment as a scripted expert plays it in simulation (``ActionGap``: the policy's action strays from
+the one the person would give).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ class Trigger(Protocol):
     """Batched take-over requests over N envs (CPU tensors)."""
 
     def __call__(self, value: torch.Tensor | None) -> torch.Tensor:
-        """V(o_t) [N] of this step (None for triggers that read no value) -> bool [N]: asks for a take-over now.
-        Called once per control step of every env."""
+        """What the trigger reads this step: V(o_t) [N] for the value triggers, the action gap [N] for a person's
+        judgment (``ActionGap``), None for a device -> bool [N]: asks for a take-over now. Called once per control
+        step of every env."""
 
     def reset(self, env_ids: torch.Tensor | None) -> None:
         """Envs ``env_ids`` (all: None) start a new episode."""
@@ -123,6 +126,56 @@ class ValueStall(_Stepped):
     def reset(self, env_ids: torch.Tensor | None) -> None:
         super().reset(env_ids)
         self.history[slice(None) if env_ids is None else env_ids.cpu()] = 0.0
+
+
+class ActionGap:
+    """How a person watching decides to step in, played by a scripted expert in simulation (HIL-SERL's operator
+    takes over when the arm heads the wrong way, corrects it for a moment and hands it back): asks where the gap
+    between the policy's action and the one the person would give, RMS over the action's dimensions in the env's
+    units ([-1, 1]), has exceeded ``threshold`` on ``patience`` consecutive steps, and keeps asking for ``hold``
+    steps from then on (the correction), whatever the gap, after which it needs ``patience`` more such steps to ask
+    again. Read it a step late, as a person reacts (``InterventionAgent`` does).
+
+    Args:
+        threshold: RMS gap in action units (the policy and the person disagree by more than this).
+        patience: consecutive steps over it before asking, >= 1.
+        hold: steps a take-over lasts, >= 1.
+        num_envs: N.
+    """
+
+    def __init__(self, threshold: float, patience: int, hold: int, num_envs: int) -> None:
+        if threshold < 0 or patience < 1 or hold < 1 or num_envs < 1:
+            raise ValueError(f"need threshold >= 0, patience >= 1, hold >= 1 and num_envs >= 1, got {threshold}, "
+                             f"{patience}, {hold}, {num_envs}")
+        self.threshold, self.patience, self.hold = float(threshold), int(patience), int(hold)
+        self.num_envs = num_envs
+        self.over = torch.zeros(num_envs, dtype=torch.long)  # consecutive steps with the gap over the threshold
+        self.left = torch.zeros(num_envs, dtype=torch.long)  # steps of the current take-over still to run
+
+    def __call__(self, value: torch.Tensor | None) -> torch.Tensor:
+        """``value``: the action gap [N] of this step (not a value estimate) -> bool [N]."""
+        if value is None or value.shape != (self.num_envs,):
+            raise ValueError(f"ActionGap reads the action gap [{self.num_envs}], got "
+                             f"{None if value is None else list(value.shape)}")
+        gap = value.detach().float().cpu()
+        holding = self.left > 0
+        self.over = torch.where(holding | (gap <= self.threshold), torch.zeros_like(self.over), self.over + 1)
+        start = ~holding & (self.over >= self.patience)
+        self.left = torch.where(start, torch.full_like(self.left, self.hold), self.left)
+        fire = self.left > 0
+        self.left = (self.left - 1).clamp(min=0)
+        self.over = torch.where(start, torch.zeros_like(self.over), self.over)
+        return fire
+
+    def reset(self, env_ids: torch.Tensor | None) -> None:
+        ids = slice(None) if env_ids is None else env_ids.cpu()
+        self.over[ids] = 0
+        self.left[ids] = 0
+
+
+def action_gap(policy_action: torch.Tensor, other_action: torch.Tensor) -> torch.Tensor:
+    """RMS over the last dimension of the difference of two actions [N, A] -> [N] (``ActionGap``'s input)."""
+    return (policy_action.float() - other_action.float()).pow(2).mean(dim=-1).sqrt()
 
 
 class Polled:

@@ -159,12 +159,16 @@ class RunnerLoop:
     elapsed_s: float
     sim_s: float  # wall-clock inside env.step over the run (the simulator's share of elapsed_s)
 
-    def step_env(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """``env.step`` on the env's device, its time added to ``sim_s``. An env that does not reset itself
-        (``autoreset`` off, like a real arm) has its ended envs reset here, so the runner continues from first
-        observations of new episodes either way (``info[FINAL_OBS]`` keeps the last ones)."""
+    def step_env(self, action: torch.Tensor, actor: torch.Tensor | None = None
+                 ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """``env.step`` on the env's device, its time added to ``sim_s``; ``actor`` (int [N] of ``keys.ACTOR_*``;
+        None: the policy) says who chose each action. An env that does not reset itself (``autoreset`` off, like a
+        real arm) has its ended envs reset here, so the runner continues from first observations of new episodes
+        either way (``info[FINAL_OBS]`` keeps the last ones)."""
         start = time.perf_counter()
-        obs, reward, terminated, truncated, info = self.env.step(action.to(self.env.device))
+        action = action.to(self.env.device)
+        step = self.env.step(action) if actor is None else self.env.step(action, actor=actor)
+        obs, reward, terminated, truncated, info = step
         if not self.env.autoreset:
             ended = (terminated | truncated).nonzero().flatten()
             if len(ended):

@@ -10,9 +10,11 @@ import torch
 
 from policies import keys
 from robot_rl.algos.base import OffPolicyAlgorithm
+from robot_rl.buffers.interventions import Interventions, Sources
 from robot_rl.buffers.replay import ReplayBuffer
 from robot_rl.checkpoint import Checkpoint, CheckpointManager
 from robot_rl.env import VecEnv, episode_mask
+from robot_rl.hil.agent import InterventionAgent
 from robot_rl.logging import RunLogger
 from robot_rl.runners.common import EpisodeStats, RunLimits, RunnerLoop, restore_run_state, run_state, to_device
 
@@ -40,17 +42,27 @@ class OffPolicyRunner(RunnerLoop):
         logger: progress bar / scalar sinks / learning curve.
         checkpoints: where checkpoints go (None: none are written).
         meta: JSON written into every checkpoint (task, obs/action spec, config) for resume checks.
-        demo: an optional second buffer (demos, interventions) mixed into every batch (RLPD).
+        demo: an optional second buffer (demos) mixed into every batch (RLPD).
+        hil: an optional intervention agent: a person (a scripted expert in simulation) takes over where its trigger
+            asks; their transitions go into the replay like any (tagged ``keys.ACTOR``) and also make up RLPD's
+            offline half, with the demos where there are some (HIL-SERL).
     """
 
     def __init__(self, env: VecEnv, algo: OffPolicyAlgorithm, cfg: OffPolicyRunnerConfig, logger: RunLogger,
-                 checkpoints: CheckpointManager | None, meta: dict[str, Any], demo: ReplayBuffer | None = None) -> None:
+                 checkpoints: CheckpointManager | None, meta: dict[str, Any], demo: ReplayBuffer | None = None,
+                 hil: InterventionAgent | None = None) -> None:
         self.env, self.algo, self.cfg, self.logger = env, algo, cfg, logger
         self.checkpoints, self.meta = checkpoints, meta
-        self.device, self.demo = algo.device, demo
+        self.device, self.demo, self.hil = algo.device, demo, hil
+        if hil is not None and hil.num_envs != env.num_envs:
+            raise ValueError(f"the intervention agent watches {hil.num_envs} envs, the env has {env.num_envs}")
         groups = algo.obs_groups
         self.replay = ReplayBuffer(algo.replay_capacity, env.num_envs, {g: env.obs_spec.shapes[g] for g in groups},
                                    env.action_dim, self.device, {g: env.obs_spec.dtype(g) for g in groups})
+        # what the learner mixes into every batch: the demos, the interventions, or both
+        self.offline: ReplayBuffer | Interventions | Sources | None = demo
+        if hil is not None:
+            self.offline = Interventions(self.replay) if demo is None else Sources(demo, Interventions(self.replay))
         self.stats = EpisodeStats(cfg.success_window)
         self.iteration, self.env_steps, self.elapsed_s, self.update_debt = 0, 0, 0.0, 0.0
         self.sim_s = 0.0  # wall-clock inside env.step, summed over the run (the simulator's share of elapsed_s)
@@ -65,6 +77,11 @@ class OffPolicyRunner(RunnerLoop):
         self.stats.load_state_dict(runner["stats"])
         if "replay" in runner:
             self.replay.load_state_dict(runner["replay"])
+        if self.hil is not None:  # the counts continue; the person's plan starts afresh (it is not checkpointed)
+            if "hil" in runner:
+                self.hil.load_state_dict(runner["hil"])
+            else:
+                self.hil.restart()
 
     def run_iteration(self) -> dict[str, float]:
         """``steps_per_iteration`` vector steps, each followed by its share of gradient updates; then log."""
@@ -73,10 +90,15 @@ class OffPolicyRunner(RunnerLoop):
         log_sums: dict[str, float] = {}
         losses: dict[str, list[float | torch.Tensor]] = {}
         update_s, sim_start = 0.0, self.sim_s
+        hil_steps = 0
         for _ in range(self.cfg.steps_per_iteration):
             warmup = self.replay.num_transitions < algo.learning_starts
             action = algo.random_action(env.num_envs) if warmup else algo.act(obs)
-            next_obs, reward, terminated, truncated, info = self.step_env(action)
+            actor = None
+            if self.hil is not None:  # the person watches and may take over, also while the policy warms up
+                action, actor = self.hil(obs, action)
+                hil_steps += int((actor != keys.ACTOR_POLICY).sum())
+            next_obs, reward, terminated, truncated, info = self.step_env(action, actor)
             next_obs = to_device(next_obs, self.device)
             reward, terminated, truncated = (x.to(self.device) for x in (reward, terminated, truncated))
             # the action the env applied (clipped, a rejected row zeroed; a person's, once one acts): what led to o'
@@ -85,7 +107,10 @@ class OffPolicyRunner(RunnerLoop):
                             truncated, next_obs, to_device(info[keys.FINAL_OBS], self.device),
                             info.get(keys.FAULTED), info.get(keys.ACTOR))
             algo.observe(reward, terminated, truncated)
-            self.stats.add(info, episode_mask(terminated, truncated))
+            done = episode_mask(terminated, truncated)
+            self.stats.add(info, done)
+            if self.hil is not None:
+                self.hil.end(done, info[keys.EPISODE][keys.EP_SUCCESS] if keys.EPISODE in info else None)
             for k, v in info.get(keys.LOG, {}).items():
                 log_sums[k] = log_sums.get(k, 0.0) + v if k.startswith("reward/") else v
             obs = next_obs
@@ -95,7 +120,7 @@ class OffPolicyRunner(RunnerLoop):
                 self.update_debt += utd
                 while self.update_debt >= 1.0:
                     self.update_debt -= 1.0
-                    for k, v in algo.update(self.replay, self.demo).items():
+                    for k, v in algo.update(self.replay, self.offline).items():
                         losses.setdefault(k, []).append(v)
                 update_s += time.perf_counter() - t0
         self.obs = obs
@@ -108,6 +133,11 @@ class OffPolicyRunner(RunnerLoop):
         scalars.update(mean_stats(losses))
         summary = self.stats.summary()
         scalars.update(summary)
+        point: dict[str, Any] = {}
+        if self.hil is not None:
+            point["intervention_rate"] = hil_steps / steps  # this iteration's share of env steps the person drove
+            scalars.update({**self.hil.report(), "hil/intervention_rate_iteration": point["intervention_rate"],
+                            "replay/interventions": self.replay.num_interventions})
         scalars.update({"perf/fps": steps / dt, "perf/update_fraction": update_s / dt,
                         "perf/sim_fraction": (self.sim_s - sim_start) / dt, "perf/iteration": self.iteration,
                         "replay/transitions": self.replay.num_transitions})
@@ -115,7 +145,7 @@ class OffPolicyRunner(RunnerLoop):
         ret, succ = summary.get("episode/return"), summary.get("episode/success_rate")
         self.logger.progress(steps, ret, succ)
         self.logger.curve_point({"iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.elapsed_s,
-                                 "sim_s": self.sim_s, "success_rate": succ, "mean_return": ret})
+                                 "sim_s": self.sim_s, "success_rate": succ, "mean_return": ret, **point})
         return scalars
 
     def save(self) -> None:
@@ -125,6 +155,8 @@ class OffPolicyRunner(RunnerLoop):
                   "sim_s": self.sim_s, "update_debt": self.update_debt, "stats": self.stats.state_dict()}
         if self.cfg.save_replay:
             runner["replay"] = self.replay.state_dict()
+        if self.hil is not None:
+            runner["hil"] = self.hil.state_dict()
         self.checkpoints.save(self.iteration, run_state(self.algo, self.env, self.obs, runner),
                               {**self.meta, "env_steps": self.env_steps}, policy=self.algo.policy,
                               score=self.stats.summary().get("episode/return"))

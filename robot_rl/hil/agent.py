@@ -1,0 +1,101 @@
+"""The intervention agent of an online run (DESIGN.md §5; HIL-SERL's loop): each step the policy proposes an action,
+a person watching gives the one they would (in simulation a scripted expert plays them, acting from the same
+observations), the trigger decides from what it saw who acts, and the arbiter mixes the two. Every step says who
+acted (``keys.ACTOR``), so the replay keeps the person's transitions apart and a learner can draw them as RLPD's
+offline half (``robot_rl.buffers.interventions``).
+
+    agent = InterventionAgent(expert, ActionGap(0.5, 5, 15, N), N)
+    applied, actor = agent(obs, policy_action)          # before env.step
+    env.step(applied, actor=actor)
+    agent.end(terminated | truncated, success)          # episodes that ended start afresh
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from robot_rl.hil.arbiter import Arbiter
+from robot_rl.hil.triggers import Trigger, action_gap
+
+
+class Person(Protocol):
+    """Who can take over: a scripted expert in simulation (``sim.experts``), a teleop device on a real arm."""
+
+    def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """float [N, A] in the env's action units: what they would do now (called every step: they watch)."""
+
+    def reset(self, env_ids: torch.Tensor | None) -> None:
+        """Envs ``env_ids`` (all: None) start new episodes."""
+
+
+class InterventionAgent:
+    """Policy and person over N envs; the person takes over where ``trigger`` asks (control follows the request:
+    the trigger says how long a take-over lasts) and hands back when it stops asking.
+
+    The trigger reads the gap between the policy's and the person's actions of the previous step (``action_gap``):
+    a person reacts to what they have seen, and the decision is made before anyone acts this step.
+
+    Args:
+        person: acts from observations, every step.
+        trigger: reads the action gap [N] (``ActionGap``).
+        num_envs: N.
+    """
+
+    def __init__(self, person: Person, trigger: Trigger, num_envs: int) -> None:
+        self.person, self.trigger = person, trigger
+        self.arbiter = Arbiter(num_envs, latch=False)
+        self.gap = torch.zeros(num_envs)  # the last step's action gap per env (0 at an episode's start)
+        self.successes = 0  # episodes that ended in success, over the run (for take-overs per success)
+        self.episodes = 0
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.gap.shape[0])
+
+    def __call__(self, obs: dict[str, torch.Tensor], policy_action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This step's observations and the policy's actions [N, A] -> (the actions to apply [N, A], who acts int64
+        [N] of ``keys.ACTOR_*``, for ``env.step(..., actor=)``)."""
+        self.arbiter.update(self.trigger(self.gap))
+        person_action = self.person.act(obs).to(policy_action.device, policy_action.dtype)
+        self.gap = action_gap(policy_action, person_action).cpu()
+        return self.arbiter.mix(policy_action, person_action), self.arbiter.actor
+
+    def end(self, done: torch.Tensor, success: torch.Tensor | None = None) -> None:
+        """Envs whose episodes ended this step (bool [N]) start afresh: the person's plan, the trigger, control; their
+        outcomes (bool [N], read where ``done``) count for ``report``."""
+        done = done.to(torch.bool).cpu()
+        if not bool(done.any()):
+            return
+        ids = done.nonzero().flatten()
+        self.episodes += len(ids)
+        if success is not None:
+            self.successes += int(success.to(torch.bool).cpu()[ids].sum())
+        self.person.reset(ids)
+        self.trigger.reset(ids)
+        self.arbiter.reset(ids)
+        self.gap[ids] = 0.0
+
+    def restart(self) -> None:
+        """Every env afresh, as after a resume: the person's plan is not checkpointed (a person does not resume
+        bit for bit either); the counts stay."""
+        self.person.reset(None)
+        self.trigger.reset(None)
+        self.arbiter.reset(None)
+        self.gap.zero_()
+
+    def report(self) -> dict[str, float]:
+        """Over the run: take-overs, the share of steps the person drove, steps by actor, take-overs per success."""
+        return {f"hil/{k}": v for k, v in self.arbiter.report(self.successes).items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The run's counts (take-overs, steps by actor, episodes, successes): a resumed run's report continues."""
+        return {"takeovers": self.arbiter.takeovers, "steps": self.arbiter.steps.clone(),
+                "episodes": self.episodes, "successes": self.successes}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        self.arbiter.takeovers = int(sd["takeovers"])
+        self.arbiter.steps = torch.as_tensor(sd["steps"], dtype=torch.long).clone()
+        self.episodes, self.successes = int(sd["episodes"]), int(sd["successes"])
+        self.restart()
