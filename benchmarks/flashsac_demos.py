@@ -9,10 +9,11 @@ online (HIL-SERL), at equal env steps.
    flashsac.yaml: 16 envs, batch 256, ...). Every ``--eval-every`` env steps the deterministic policy is evaluated
    on 50 seeded episodes (the same seeds for every run). Runs go ``--workers`` at a time, one process each with one
    torch thread, so two fit two cores.
-3. **HIL** (the ``hil`` arm): no demos; ``hil.person=expert`` instead: the same scripted expert watches the training
-   and takes over where the policy's action strays from its own (``robot_rl.hil.ActionGap``, the ``hil.*``
-   defaults), and its transitions make up RLPD's offline half. Evaluations are the policy's alone; each point also
-   records the env steps the expert drove so far (to set beside the demos' frames).
+3. **HIL** (the ``hil`` arms): no demos; ``hil.person=expert`` instead: the same scripted expert watches the
+   training and takes over, and its transitions make up RLPD's offline half. ``hil``: where the policy's action
+   strays from its own (``hil.judge=gap``, ``robot_rl.hil.ActionGap``); ``hil_deadline``: from step 50 of an
+   episode the policy has not finished, to its end (``hil.judge=deadline``). Evaluations are the policy's alone;
+   each point also records the env steps the expert drove so far (to set beside the demos' frames).
 4. **Result.** Success against env steps (env steps do not depend on how loaded the machine is; the wall-clock does,
    and is recorded too); the env steps each run took to reach ``--target`` success. Goal: with demos, ``--target``
    in at most half the env steps from scratch needs (a run that never gets there counts as the budget, so the ratio
@@ -48,7 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import RESULTS, goal, save_figure, write_result
 
 TASK, EVAL_EPISODES, EVAL_SEED = "so101_lift", 50, 10_000
-ARMS = ("scratch", "demos", "hil")
+ARMS = ("scratch", "demos", "hil", "hil_deadline")
+HIL_ARMS = {"hil": ["hil.person=expert", "hil.judge=gap"], "hil_deadline": ["hil.person=expert", "hil.judge=deadline"]}
 
 
 def collect_demos(root: Path, episodes: int, quality: float, seed: int) -> dict[str, Any]:
@@ -68,7 +70,7 @@ def collect_demos(root: Path, episodes: int, quality: float, seed: int) -> dict[
 def train_run(arm: str, seed: int, demos: str | None, env_steps: int, eval_every: int,
               extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """One FlashSAC run as ``robot-rl train`` builds it (with ``demo_dataset.root`` for the demos arm,
-    ``hil.person=expert`` for the hil arm; ``extra`` overrides for every arm), driven iteration by iteration to
+    ``HIL_ARMS``' settings for the hil arms; ``extra`` overrides for every arm), driven iteration by iteration to
     ``env_steps``, evaluated every ``eval_every`` env steps (the clock excludes it)."""
     import torch
     from omegaconf import OmegaConf
@@ -92,7 +94,7 @@ def train_run(arm: str, seed: int, demos: str | None, env_steps: int, eval_every
 
     torch.set_num_threads(1)
     overrides = [f"task={TASK}", "algo=flashsac", f"seed={seed}", "sim.num_threads=1",
-                 *(["hil.person=expert"] if arm == "hil" else []), *extra]
+                 *HIL_ARMS.get(arm, []), *extra]
     cfg = OmegaConf.to_container(compose("train", overrides), resolve=True)
     algo_raw, task_raw = dict(cfg["algo"]), dict(cfg["task"])
     algo_name = algo_raw.pop("name")
@@ -147,8 +149,8 @@ def steps_to(curve: list[dict[str, Any]], target: float) -> int | None:
 
 def summarize(runs: list[dict[str, Any]], target: float, budget: int) -> dict[str, Any]:
     """Per arm that ran: env steps to the target per seed, their median (a run that never got there counts as the
-    budget), final success (the hil arm: also the env steps the expert drove until the target and in all); and the
-    demos / scratch and hil / scratch ratios of the medians."""
+    budget), final success (the hil arms: also the env steps the expert drove until the target and in all); and the
+    ratio of each arm's median to scratch's."""
     out: dict[str, Any] = {}
     for arm in ARMS:
         mine = [r for r in runs if r["arm"] == arm]
@@ -158,12 +160,12 @@ def summarize(runs: list[dict[str, Any]], target: float, budget: int) -> dict[st
         out[arm] = {"seeds": [r["seed"] for r in mine], "env_steps_to_target": hits,
                     "env_steps_to_target_median": statistics.median([budget if h is None else h for h in hits]),
                     "final_success": [r["curve"][-1]["success_rate"] for r in mine]}
-        if arm == "hil":
+        if arm in HIL_ARMS:
             out[arm]["expert_steps_to_target"] = [
                 next((p["expert_steps"] for p in r["curve"] if p["success_rate"] >= target), None) for r in mine]
             out[arm]["expert_steps_total"] = [r["curve"][-1]["expert_steps"] for r in mine]
             out[arm]["final_intervention_rate"] = [r["curve"][-1]["intervention_rate"] for r in mine]
-    for arm in ("demos", "hil"):
+    for arm in ARMS[1:]:
         if arm in out and "scratch" in out:
             out[f"ratio_{arm}_over_scratch"] = round(out[arm]["env_steps_to_target_median"]
                                                     / out["scratch"]["env_steps_to_target_median"], 4)
@@ -178,10 +180,11 @@ def plot(runs: list[dict[str, Any]], target: float, path: Path, title: str) -> N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    hil = [r for r in runs if r["arm"] == "hil"]
+    hil = [r for r in runs if r["arm"] in HIL_ARMS]
     fig, axes = plt.subplots(1, 2 if hil else 1, figsize=(12 if hil else 7, 4.2), squeeze=False)
     ax = axes[0, 0]
-    for arm, colour in zip(ARMS, ("tab:gray", "tab:blue", "tab:orange"), strict=True):
+    colours = dict(zip(ARMS, ("tab:gray", "tab:blue", "tab:orange", "tab:green"), strict=True))
+    for arm, colour in colours.items():
         for i, r in enumerate(x for x in runs if x["arm"] == arm):
             xs = [p["env_steps"] for p in r["curve"]]
             ys = [p["success_rate"] for p in r["curve"]]
@@ -190,12 +193,13 @@ def plot(runs: list[dict[str, Any]], target: float, path: Path, title: str) -> N
         side = axes[0, 1]
         for r in hil:
             pts = r["curve"][1:]  # the first point is before any step
-            side.plot([p["env_steps"] for p in pts], [p["intervention_rate"] for p in pts], color="tab:orange",
-                      alpha=0.9, marker=".", label=f"seed {r['seed']}")
+            first = r is next(x for x in hil if x["arm"] == r["arm"])
+            side.plot([p["env_steps"] for p in pts], [p["intervention_rate"] for p in pts], color=colours[r["arm"]],
+                      alpha=0.9, marker=".", label=r["arm"] if first else None)
         side.set_xlabel("env steps")
         side.set_ylabel("share of env steps the expert drove (run so far)")
         side.set_ylim(-0.02, 1.02)
-        side.set_title("hil arm: the expert's share", fontsize=9)
+        side.set_title("hil arms: the expert's share (cumulative, one line per seed)", fontsize=9)
         side.legend()
     ax.axhline(target, color="k", lw=0.8, ls=":")
     ax.set_xlabel("env steps")
@@ -261,7 +265,7 @@ def main() -> None:
                  goal(f"success_with_demos_at_{a.env_steps}_env_steps_{TASK}",
                       statistics.median(summary["demos"]["final_success"]), a.target, ">=")]
     arms = [arm for arm in ARMS if arm in summary]
-    title = (f"FlashSAC on {TASK}: {' vs '.join(arms)} ({a.demos} demos, quality {a.quality}; hil: the expert "
+    title = (f"FlashSAC on {TASK}: {', '.join(arms)} ({a.demos} demos, quality {a.quality}; hil: the expert "
              f"takes over), seeds {a.seeds}")
     a.out.mkdir(parents=True, exist_ok=True)
     plot(runs, a.target, a.out / f"{a.name}.png", title)

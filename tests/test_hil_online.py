@@ -13,7 +13,7 @@ from policies import keys
 from robot_rl.buffers.interventions import Interventions, Sources
 from robot_rl.buffers.replay import ReplayBuffer, sample_mixed
 from robot_rl.cli.main import main
-from robot_rl.hil import ActionGap, InterventionAgent, action_gap
+from robot_rl.hil import ActionGap, Deadline, InterventionAgent, action_gap
 
 
 def test_action_gap_by_hand():
@@ -35,6 +35,13 @@ def test_action_gap_by_hand():
         trig(None)
     with pytest.raises(ValueError, match="hold >= 1"):
         ActionGap(0.5, 1, 0, 1)
+
+
+def test_the_deadline_asks_from_its_step_until_the_episode_ends():
+    trig = Deadline(after=2, num_envs=2)
+    assert [trig(None).tolist() for _ in range(4)] == [[False, False], [False, False], [True, True], [True, True]]
+    trig.reset(torch.tensor([1]))  # env 1's episode ended: the policy has it alone again
+    assert trig(torch.zeros(2)).tolist() == [True, False]
 
 
 class PlusOne:
@@ -64,13 +71,16 @@ def test_the_agent_reacts_a_step_late_holds_and_hands_back():
     h, p = keys.ACTOR_HUMAN, keys.ACTOR_POLICY
     assert actors == [p, h, h, h, h, p]
     assert applied == [-1.0, 1.0, 1.0, 1.0, 1.0, 1.0]  # the person's +1 where they drive, the policy's elsewhere
+    assert not bool(agent.alone(torch.tensor([True]))[0])  # helped: not the policy's own episode
     agent.end(torch.tensor([True]), torch.tensor([True]))
     assert person.resets == [[0]] and agent.successes == 1 and float(agent.gap[0]) == 0.0
+    agent({}, torch.ones(1, 2))  # a new episode the policy drives alone so far
+    assert bool(agent.alone(torch.tensor([True]))[0]) and not bool(agent.alone(torch.tensor([False]))[0])
     rep = agent.report()
     assert rep["hil/takeovers"] == 1.0 and rep["hil/steps/human"] == 4.0 and rep["hil/takeovers_per_success"] == 1.0
     again = InterventionAgent(PlusOne(), ActionGap(0.5, 1, 2, 1), 1)
     again.load_state_dict(agent.state_dict())
-    assert again.report() == rep and again.person.resets == [None]  # counts continue, the person starts afresh
+    assert again.report()["hil/steps/human"] == 4.0 and again.person.resets == [None]  # counts go on; plan afresh
 
 
 def _replay(actors: list[list[int]], rewards: list[float] | None = None, capacity: int = 64) -> ReplayBuffer:
@@ -138,6 +148,24 @@ SMALL = ["task=so101_lift", "algo=flashsac", "task.episode_length=40", "sim.num_
          "logger.progress=false", "logger.tensorboard=false", "checkpoint_every=5"]
 
 
+def test_robot_rl_train_with_the_expert_finishing_late_episodes(tmp_path, capsys):
+    """hil.judge=deadline: the expert drives only from step 10 of an episode on, so never its first 10 steps."""
+    from robot_rl.checkpoint import load_checkpoint
+
+    run = tmp_path / "run"
+    assert main(["train", *SMALL, "hil.person=expert", "hil.judge=deadline", "hil.after=10", "total_steps=320",
+                 f"run_dir={run}"]) == 0
+    replay = load_checkpoint(run).state["runner"]["replay"]
+    actor = replay["actor"]  # [T, N] in time order (no wrap at this size)
+    ended = replay["terminated"] | replay["truncated"]
+    for env in range(actor.shape[1]):
+        t_in_episode = 0
+        for t in range(actor.shape[0]):
+            assert (int(actor[t, env]) == keys.ACTOR_HUMAN) == (t_in_episode >= 10), (t, env)
+            t_in_episode = 0 if bool(ended[t, env]) else t_in_episode + 1
+    assert int((actor == keys.ACTOR_HUMAN).sum()) > 0
+
+
 def test_robot_rl_train_with_the_expert_taking_over_end_to_end_and_resumed(tmp_path, capsys):
     from robot_rl.checkpoint import load_checkpoint
 
@@ -177,6 +205,8 @@ def test_the_learner_mixes_the_experts_transitions_into_every_batch(tmp_path):
             run.runner.run_iteration()
         assert isinstance(run.runner.offline, Interventions) and seen
         assert all(offline == drove > 0 for offline, drove in seen)
+        # the rolling statistics hold only the episodes the policy drove alone
+        assert run.runner.hil.episodes > 0 and run.runner.stats.count < run.runner.hil.episodes
         cfg = algo.cfg
         batch = sample_mixed(run.runner.replay, run.runner.offline, cfg.batch_size, cfg.demo_fraction)
         assert bool((batch[keys.ACTOR][cfg.batch_size // 2:] == keys.ACTOR_HUMAN).all())
@@ -190,6 +220,7 @@ def test_bad_hil_settings_fail_before_a_run_folder_is_written(tmp_path, capsys):
     cases = [(["algo=ppo", "hil.person=expert"], "off-policy learners"),
              (["algo=flashsac", "hil.person=bob"], "hil.person must be null or 'expert'"),
              (["algo=flashsac", "hil.person=expert", "hil.hold=0"], "hil.hold >= 1"),
+             (["algo=flashsac", "hil.person=expert", "hil.judge=vibes"], "hil.judge must be 'gap' or 'deadline'"),
              (["algo=flashsac", "hil.persn=expert"], "hil.persn")]
     for i, (extra, message) in enumerate(cases):
         run = tmp_path / f"run{i}"

@@ -30,7 +30,7 @@ from robot_rl import returns
 from robot_rl.algos.base import OffPolicyAlgorithm
 from robot_rl.algos.guard import NonFiniteGuard
 from robot_rl.algos.optim import adam
-from robot_rl.buffers.replay import ReplayBuffer, sample_mixed
+from robot_rl.buffers.replay import ReplayBuffer, Source, sample_mixed
 from robot_rl.models.q_critics import CategoricalQ
 
 
@@ -264,7 +264,7 @@ class FlashSAC(OffPolicyAlgorithm):
         self.noise.reset(terminated | truncated)
 
     # ----------------------------------------------------------------------------------------------- update
-    def update(self, replay: ReplayBuffer, demo: ReplayBuffer | None = None) -> dict[str, float | torch.Tensor]:
+    def update(self, replay: ReplayBuffer, demo: Source | None = None) -> dict[str, float | torch.Tensor]:
         """One critic update (and, every ``actor_update_period``-th call, an actor and temperature update).
 
         Returns statistics as floats or 0-dim device tensors (no ``.item()`` here: the runner converts them once

@@ -14,7 +14,7 @@ can weigh or draw interventions apart (DESIGN.md §5: interventions feed the RLP
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -22,6 +22,18 @@ from policies import keys
 from robot_rl import returns
 
 Batch = dict[str, Any]
+
+
+class Source(Protocol):
+    """What ``sample_mixed`` draws RLPD's offline half from: a ``ReplayBuffer`` (demos), or the interventions of the
+    online one (``robot_rl.buffers.interventions``)."""
+
+    @property
+    def size(self) -> int:
+        """0 when there is nothing to draw."""
+
+    def sample(self, batch_size: int, n_step: int = 1, gamma: float = 0.99) -> Batch:
+        ...
 
 
 class ReplayBuffer:
@@ -192,7 +204,7 @@ class ReplayBuffer:
         self.pos, self.size = int(sd["pos"]), s
 
 
-def sample_mixed(online: ReplayBuffer, demo: ReplayBuffer | None, batch_size: int, demo_fraction: float,
+def sample_mixed(online: ReplayBuffer, demo: Source | None, batch_size: int, demo_fraction: float,
                  n_step: int = 1, gamma: float = 0.99) -> Batch:
     """RLPD-style symmetric sampling: round(B · demo_fraction) transitions from ``demo``, the rest from
     ``online``, concatenated (online first). Without a demo buffer (or an empty one) all come from ``online``."""

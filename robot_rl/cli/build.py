@@ -157,7 +157,8 @@ def build_algorithm(name: str, algo_raw: dict[str, Any], env: VecEnv,
 
 def build_runner(name: str, env: VecEnv, algo: Algorithm, runner_keys: dict[str, Any], limits: RunLimits,
                  logger: RunLogger, checkpoints: CheckpointManager | None, meta: dict[str, Any],
-                 demo: ReplayBuffer | None = None, update_threads: int | None = None, hil: Any = None) -> Any:
+                 demo: ReplayBuffer | None = None, update_threads: int | None = None,
+                 hil: InterventionAgent | None = None) -> Any:
     """The runner that drives ``algo=<name>``: its config is the run's limits plus the algo config's runner keys.
     ``demo``: a demonstration buffer mixed into every batch, ``hil``: an intervention agent (``build_hil``; both
     for off-policy learners only). ``update_threads``: torch's threads while an on-policy learner updates (None: as
@@ -173,7 +174,7 @@ def build_runner(name: str, env: VecEnv, algo: Algorithm, runner_keys: dict[str,
 
 def build_hil(settings: HilSettings, algo_name: str, env: VecEnv) -> InterventionAgent | None:
     """The intervention agent of ``hil.*`` (None when ``hil.person`` is unset): the task's scripted expert playing
-    the person, judging by ``ActionGap``.
+    the person, stepping in as ``hil.judge`` says (``ActionGap`` or ``Deadline``).
 
     Raises:
         ValueError: ``algo`` is not off-policy, or the task has no scripted expert.
@@ -183,12 +184,14 @@ def build_hil(settings: HilSettings, algo_name: str, env: VecEnv) -> Interventio
     if algorithm_entry(algo_name).runner is not OffPolicyRunner:
         raise ValueError(f"hil.person is for off-policy learners (algo=flashsac): a person's actions are off-policy "
                          f"data, which algo={algo_name} cannot learn from")
-    from robot_rl.hil import ActionGap
+    from robot_rl.hil import ActionGap, Deadline
     from sim.experts import make_expert
 
     expert = make_expert(env, quality=settings.quality, seed=0)
-    return InterventionAgent(expert, ActionGap(settings.gap, settings.patience, settings.hold, env.num_envs),
-                             env.num_envs)
+    n = env.num_envs
+    judge = (Deadline(settings.after, n) if settings.judge == "deadline"
+             else ActionGap(settings.gap, settings.patience, settings.hold, n))
+    return InterventionAgent(expert, judge, n)
 
 
 def target_to_env_action(env: VecEnv) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:

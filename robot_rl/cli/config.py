@@ -66,13 +66,17 @@ class DemoDatasetSettings:
 @dataclass
 class HilSettings:
     """``hil.*`` of ``robot-rl train``: a person watching the training may take over (HIL-SERL). In simulation the
-    task's scripted expert plays them (``hil.person=expert``): each step it acts from the same observations; where
-    the policy's action strays from its own (RMS gap over the action's dimensions, env units) by more than ``gap``
-    on ``patience`` consecutive steps, it drives for ``hold`` steps and hands back (``robot_rl.hil.ActionGap``).
-    Their transitions are tagged in the replay and make up RLPD's offline half (``algo.demo_fraction``), beside the
-    demos of ``demo_dataset`` where given. Off-policy learners only (algo=flashsac)."""
+    task's scripted expert plays them (``hil.person=expert``), acting each step from the same observations, and
+    ``hil.judge`` says when they step in: ``deadline``, from step ``after`` of an episode the policy has not
+    finished, to its end (``robot_rl.hil.Deadline``); ``gap``, where the policy's action strays from theirs (RMS over
+    the action's dimensions, env units) by more than ``gap`` on ``patience`` consecutive steps, for ``hold`` steps
+    (``robot_rl.hil.ActionGap``). Their transitions are tagged in the replay and make up RLPD's offline half (``algo.demo_fraction``), beside the
+    demos of ``demo_dataset`` where given. The run's rolling success rate, return and ``stop_success_rate`` count
+    only the episodes the policy drove alone. Off-policy learners only (algo=flashsac)."""
 
     person: str | None = None  # expert: the task's scripted expert plays the person; None: nobody takes over
+    judge: str = "gap"  # when the person steps in: gap | deadline
+    after: int = 50  # deadline: steps of an episode the policy has alone
     gap: float = 0.5  # RMS action gap (actions in [-1, 1]) the person does not let pass
     patience: int = 5  # consecutive steps over the gap before they take over
     hold: int = 15  # steps a take-over lasts before control goes back to the policy
@@ -81,6 +85,10 @@ class HilSettings:
     def __post_init__(self) -> None:
         if self.person not in (None, "expert"):
             raise ValueError(f"hil.person must be null or 'expert' (the task's scripted expert), got {self.person!r}")
+        if self.judge not in ("gap", "deadline"):
+            raise ValueError(f"hil.judge must be 'gap' or 'deadline', got {self.judge!r}")
+        if self.after < 0:
+            raise ValueError(f"hil.after must be >= 0 steps, got {self.after}")
         if self.gap < 0 or self.patience < 1 or self.hold < 1:
             raise ValueError(f"need hil.gap >= 0, hil.patience >= 1 and hil.hold >= 1, got {self.gap}, "
                              f"{self.patience}, {self.hold}")

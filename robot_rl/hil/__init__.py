@@ -4,7 +4,16 @@ recovery policy."""
 
 from robot_rl.hil.agent import InterventionAgent, Person
 from robot_rl.hil.arbiter import Arbiter
-from robot_rl.hil.triggers import ActionGap, Polled, Trigger, ValueStall, ValueThreshold, action_gap, window_slopes
+from robot_rl.hil.triggers import (
+    ActionGap,
+    Deadline,
+    Polled,
+    Trigger,
+    ValueStall,
+    ValueThreshold,
+    action_gap,
+    window_slopes,
+)
 
-__all__ = ["ActionGap", "Arbiter", "InterventionAgent", "Person", "Polled", "Trigger", "ValueStall", "ValueThreshold",
-           "action_gap", "window_slopes"]
+__all__ = ["ActionGap", "Arbiter", "Deadline", "InterventionAgent", "Person", "Polled", "Trigger", "ValueStall",
+           "ValueThreshold", "action_gap", "window_slopes"]

@@ -47,6 +47,7 @@ class InterventionAgent:
         self.person, self.trigger = person, trigger
         self.arbiter = Arbiter(num_envs, latch=False)
         self.gap = torch.zeros(num_envs)  # the last step's action gap per env (0 at an episode's start)
+        self.touched = torch.zeros(num_envs, dtype=torch.bool)  # someone else acted in the env's current episode
         self.successes = 0  # episodes that ended in success, over the run (for take-overs per success)
         self.episodes = 0
 
@@ -60,7 +61,14 @@ class InterventionAgent:
         self.arbiter.update(self.trigger(self.gap))
         person_action = self.person.act(obs).to(policy_action.device, policy_action.dtype)
         self.gap = action_gap(policy_action, person_action).cpu()
+        self.touched |= self.arbiter.taken
         return self.arbiter.mix(policy_action, person_action), self.arbiter.actor
+
+    def alone(self, done: torch.Tensor) -> torch.Tensor:
+        """bool [N]: of the episodes ending (``done``), those the policy drove alone from start to end (call before
+        ``end``): the runner's success rate and stop rule read only these, so a person's help never counts as
+        the policy's success."""
+        return done.to(torch.bool) & ~self.touched.to(done.device)
 
     def end(self, done: torch.Tensor, success: torch.Tensor | None = None) -> None:
         """Envs whose episodes ended this step (bool [N]) start afresh: the person's plan, the trigger, control; their
@@ -76,6 +84,7 @@ class InterventionAgent:
         self.trigger.reset(ids)
         self.arbiter.reset(ids)
         self.gap[ids] = 0.0
+        self.touched[ids] = False
 
     def restart(self) -> None:
         """Every env afresh, as after a resume: the person's plan is not checkpointed (a person does not resume
@@ -84,6 +93,7 @@ class InterventionAgent:
         self.trigger.reset(None)
         self.arbiter.reset(None)
         self.gap.zero_()
+        self.touched.zero_()
 
     def report(self) -> dict[str, float]:
         """Over the run: take-overs, the share of steps the person drove, steps by actor, take-overs per success."""

@@ -9,7 +9,7 @@ Value units are RECAP's (``robot_rl.data.labels``): V = -(steps to success) / M,
 gains 1 / M per step and a predicted failure sits at -1. A person at a take-over key is a trigger too
 (``Polled``), so the arbiter, the recorder and the loops treat a key, a schedule and a value model alike; and so
 is a person's judgment as a scripted expert plays it in simulation (``ActionGap``: the policy's action strays from
-the one the person would give).
+the one the person would give; ``Deadline``: the policy has not finished in time).
 """
 
 from __future__ import annotations
@@ -171,6 +171,25 @@ class ActionGap:
         ids = slice(None) if env_ids is None else env_ids.cpu()
         self.over[ids] = 0
         self.left[ids] = 0
+
+
+class Deadline(_Stepped):
+    """A person who lets the policy try and finishes what it has not done in time: asks from step ``after`` of an
+    episode until the episode ends (success ends it in the tasks that terminate on success). Reads nothing. As the
+    policy learns to finish sooner, the person is asked less (HIL-SERL's interventions fade the same way).
+
+    Args:
+        after: steps into the episode the policy has alone.
+        num_envs: N.
+    """
+
+    def __init__(self, after: int, num_envs: int) -> None:
+        super().__init__(num_envs, after)
+
+    def __call__(self, value: torch.Tensor | None = None) -> torch.Tensor:
+        fire = self.t >= self.after
+        self.t += 1
+        return fire
 
 
 def action_gap(policy_action: torch.Tensor, other_action: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 from policies import keys
 from robot_rl.algos.base import OffPolicyAlgorithm
 from robot_rl.buffers.interventions import Interventions, Sources
-from robot_rl.buffers.replay import ReplayBuffer
+from robot_rl.buffers.replay import ReplayBuffer, Source
 from robot_rl.checkpoint import Checkpoint, CheckpointManager
 from robot_rl.env import VecEnv, episode_mask
 from robot_rl.hil.agent import InterventionAgent
@@ -60,7 +60,7 @@ class OffPolicyRunner(RunnerLoop):
         self.replay = ReplayBuffer(algo.replay_capacity, env.num_envs, {g: env.obs_spec.shapes[g] for g in groups},
                                    env.action_dim, self.device, {g: env.obs_spec.dtype(g) for g in groups})
         # what the learner mixes into every batch: the demos, the interventions, or both
-        self.offline: ReplayBuffer | Interventions | Sources | None = demo
+        self.offline: Source | None = demo
         if hil is not None:
             self.offline = Interventions(self.replay) if demo is None else Sources(demo, Interventions(self.replay))
         self.stats = EpisodeStats(cfg.success_window)
@@ -108,7 +108,8 @@ class OffPolicyRunner(RunnerLoop):
                             info.get(keys.FAULTED), info.get(keys.ACTOR))
             algo.observe(reward, terminated, truncated)
             done = episode_mask(terminated, truncated)
-            self.stats.add(info, done)
+            # with a person taking over, the rolling statistics (and the stop rule) count the policy's own episodes
+            self.stats.add(info, done if self.hil is None else self.hil.alone(done))
             if self.hil is not None:
                 self.hil.end(done, info[keys.EPISODE][keys.EP_SUCCESS] if keys.EPISODE in info else None)
             for k, v in info.get(keys.LOG, {}).items():
