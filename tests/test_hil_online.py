@@ -49,8 +49,10 @@ class PlusOne:
 
     def __init__(self) -> None:
         self.resets: list[list[int] | None] = []
+        self.acts = 0
 
     def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        self.acts += 1
         return torch.ones(1, 2)
 
     def reset(self, env_ids: torch.Tensor | None) -> None:
@@ -81,6 +83,15 @@ def test_the_agent_reacts_a_step_late_holds_and_hands_back():
     again = InterventionAgent(PlusOne(), ActionGap(0.5, 1, 2, 1), 1)
     again.load_state_dict(agent.state_dict())
     assert again.report()["hil/steps/human"] == 4.0 and again.person.resets == [None]  # counts go on; plan afresh
+
+
+def test_a_person_who_does_not_watch_acts_only_once_they_take_over_and_plans_afresh():
+    person = PlusOne()
+    agent = InterventionAgent(person, Deadline(2, 1), 1, watch=False)
+    got = [agent({}, -torch.ones(1, 2)) for _ in range(4)]
+    assert [float(a[0, 0]) for a, _ in got] == [-1.0, -1.0, 1.0, 1.0]
+    assert [int(w[0]) for _, w in got] == [keys.ACTOR_POLICY] * 2 + [keys.ACTOR_HUMAN] * 2
+    assert person.acts == 2 and person.resets == [[0]]  # nothing asked of them before step 2; a fresh plan then
 
 
 def _replay(actors: list[list[int]], rewards: list[float] | None = None, capacity: int = 64) -> ReplayBuffer:

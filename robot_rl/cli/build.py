@@ -191,7 +191,7 @@ def build_hil(settings: HilSettings, algo_name: str, env: VecEnv) -> Interventio
     n = env.num_envs
     judge = (Deadline(settings.after, n) if settings.judge == "deadline"
              else ActionGap(settings.gap, settings.patience, settings.hold, n))
-    return InterventionAgent(expert, judge, n)
+    return InterventionAgent(expert, judge, n, watch=settings.judge == "gap")
 
 
 def target_to_env_action(env: VecEnv) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:

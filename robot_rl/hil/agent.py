@@ -34,17 +34,21 @@ class InterventionAgent:
     """Policy and person over N envs; the person takes over where ``trigger`` asks (control follows the request:
     the trigger says how long a take-over lasts) and hands back when it stops asking.
 
-    The trigger reads the gap between the policy's and the person's actions of the previous step (``action_gap``):
-    a person reacts to what they have seen, and the decision is made before anyone acts this step.
+    With ``watch`` the person acts every step and the trigger reads the gap between the policy's and the person's
+    actions of the previous step (``action_gap``; a person reacts to what they have seen, and the decision is made
+    before anyone acts this step). Without it the person acts only on the steps some env is theirs, planning afresh
+    from what they see in each env they take over (``person.reset``), and the trigger reads no gap (``Deadline``):
+    steps nobody takes over then cost nothing.
 
     Args:
-        person: acts from observations, every step.
-        trigger: reads the action gap [N] (``ActionGap``).
+        person: acts from observations.
+        trigger: reads the action gap [N] (``ActionGap``) or nothing (``Deadline``).
         num_envs: N.
+        watch: the person acts every step (a trigger that reads the gap needs it).
     """
 
-    def __init__(self, person: Person, trigger: Trigger, num_envs: int) -> None:
-        self.person, self.trigger = person, trigger
+    def __init__(self, person: Person, trigger: Trigger, num_envs: int, watch: bool = True) -> None:
+        self.person, self.trigger, self.watch = person, trigger, watch
         self.arbiter = Arbiter(num_envs, latch=False)
         self.gap = torch.zeros(num_envs)  # the last step's action gap per env (0 at an episode's start)
         self.touched = torch.zeros(num_envs, dtype=torch.bool)  # someone else acted in the env's current episode
@@ -58,10 +62,16 @@ class InterventionAgent:
     def __call__(self, obs: dict[str, torch.Tensor], policy_action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """This step's observations and the policy's actions [N, A] -> (the actions to apply [N, A], who acts int64
         [N] of ``keys.ACTOR_*``, for ``env.step(..., actor=)``)."""
-        self.arbiter.update(self.trigger(self.gap))
-        person_action = self.person.act(obs).to(policy_action.device, policy_action.dtype)
-        self.gap = action_gap(policy_action, person_action).cpu()
+        started, _ = self.arbiter.update(self.trigger(self.gap if self.watch else None))
         self.touched |= self.arbiter.taken
+        if not self.watch:
+            if not bool(self.arbiter.taken.any()):
+                return policy_action, self.arbiter.actor
+            if bool(started.any()):
+                self.person.reset(started.nonzero().flatten())
+        person_action = self.person.act(obs).to(policy_action.device, policy_action.dtype)
+        if self.watch:
+            self.gap = action_gap(policy_action, person_action).cpu()
         return self.arbiter.mix(policy_action, person_action), self.arbiter.actor
 
     def alone(self, done: torch.Tensor) -> torch.Tensor:
