@@ -265,8 +265,7 @@ def main() -> None:
                  goal(f"success_with_demos_at_{a.env_steps}_env_steps_{TASK}",
                       statistics.median(summary["demos"]["final_success"]), a.target, ">=")]
     arms = [arm for arm in ARMS if arm in summary]
-    title = (f"FlashSAC on {TASK}: {', '.join(arms)} ({a.demos} demos, quality {a.quality}; hil: the expert "
-             f"takes over), seeds {a.seeds}")
+    title = f"FlashSAC {TASK}, seeds {a.seeds}: {', '.join(arms)} ({a.demos} demos)"
     a.out.mkdir(parents=True, exist_ok=True)
     plot(runs, a.target, a.out / f"{a.name}.png", title)
     reduced = (a.demos, a.quality, a.seeds, a.env_steps, a.target, a.overrides) != (

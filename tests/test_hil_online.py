@@ -181,7 +181,7 @@ def test_robot_rl_train_with_the_expert_taking_over_end_to_end_and_resumed(tmp_p
     from robot_rl.checkpoint import load_checkpoint
 
     run = tmp_path / "run"
-    assert main(["train", *SMALL, "hil.person=expert", "total_steps=320", f"run_dir={run}"]) == 0
+    assert main(["train", *SMALL, "hil.person=expert", "hil.judge=gap", "total_steps=320", f"run_dir={run}"]) == 0
     assert "trained 320 env steps" in capsys.readouterr().err
     points = [json.loads(line) for line in (run / "curve.jsonl").read_text().splitlines()]
     # a fresh policy strays from the expert: the expert drives most of the first steps
@@ -190,7 +190,7 @@ def test_robot_rl_train_with_the_expert_taking_over_end_to_end_and_resumed(tmp_p
     human = int(state["hil"]["steps"][keys.ACTOR_HUMAN])
     drove = (state["replay"]["actor"] == keys.ACTOR_HUMAN).sum()
     assert human == int(drove) > 0  # every step the expert drove is in the replay, tagged
-    assert main(["train", *SMALL, "hil.person=expert", "total_steps=480", f"resume={run}"]) == 0
+    assert main(["train", *SMALL, "hil.person=expert", "hil.judge=gap", "total_steps=480", f"resume={run}"]) == 0
     assert "resumed from" in capsys.readouterr().err
     after = load_checkpoint(run).state["runner"]["hil"]
     assert int(after["steps"].sum()) == 480 and int(after["steps"][keys.ACTOR_HUMAN]) >= human  # counts continued
@@ -201,7 +201,7 @@ def test_the_learner_mixes_the_experts_transitions_into_every_batch(tmp_path):
     as FlashSAC draws it holds them in its second half."""
     from robot_rl.cli.build import build_training, compose
 
-    run = build_training(compose("train", [*SMALL, "hil.person=expert", "total_steps=160", f"run_dir={tmp_path}"]))
+    run = build_training(compose("train", [*SMALL, "hil.person=expert", "hil.judge=gap", "total_steps=160", f"run_dir={tmp_path}"]))
     try:
         algo, seen = run.runner.algo, []
         update = algo.update
