@@ -103,7 +103,7 @@ def train_run(arm: str, seed: int, demos: str | None, env_steps: int, eval_every
     algo, runner_keys = build_algorithm(algo_name, algo_raw, env, torch.device("cpu"))
     task_cfg = config_from_dict(task_raw.pop("name"), task_raw)
     demo = build_demo_buffer(DemoDatasetSettings(root=demos), algo_name, env, algo, task_cfg, torch.device("cpu"))
-    hil = build_hil(HilSettings(**cfg["hil"]), algo_name, env)
+    hil = build_hil(HilSettings(**cfg["hil"]), algo_name, env, seed)
     tmp = Path(tempfile.mkdtemp(prefix=f"flashsac_demos_{arm}_{seed}_"))
     logger = RunLogger(tmp, LoggerConfig(progress=False, tensorboard=False))
     runner = build_runner(algo_name, env, algo, runner_keys, RunLimits(total_steps=None, max_minutes=1e9, seed=seed),

@@ -92,6 +92,8 @@ def test_a_person_who_does_not_watch_acts_only_once_they_take_over_and_plans_afr
     assert [float(a[0, 0]) for a, _ in got] == [-1.0, -1.0, 1.0, 1.0]
     assert [int(w[0]) for _, w in got] == [keys.ACTOR_POLICY] * 2 + [keys.ACTOR_HUMAN] * 2
     assert person.acts == 2 and person.resets == [[0]]  # nothing asked of them before step 2; a fresh plan then
+    with pytest.raises(ValueError, match="must watch"):
+        InterventionAgent(PlusOne(), ActionGap(0.5, 1, 1, 1), 1, watch=False)
 
 
 def _replay(actors: list[list[int]], rewards: list[float] | None = None, capacity: int = 64) -> ReplayBuffer:

@@ -172,9 +172,10 @@ def build_runner(name: str, env: VecEnv, algo: Algorithm, runner_keys: dict[str,
     return entry.runner(env, algo, cfg, logger, checkpoints, meta, **extra)
 
 
-def build_hil(settings: HilSettings, algo_name: str, env: VecEnv) -> InterventionAgent | None:
+def build_hil(settings: HilSettings, algo_name: str, env: VecEnv, seed: int = 0) -> InterventionAgent | None:
     """The intervention agent of ``hil.*`` (None when ``hil.person`` is unset): the task's scripted expert playing
-    the person, stepping in as ``hil.judge`` says (``ActionGap`` or ``Deadline``).
+    the person (its flaws below quality 1 drawn from ``seed``), stepping in as ``hil.judge`` says (``ActionGap`` or
+    ``Deadline``).
 
     Raises:
         ValueError: ``algo`` is not off-policy, or the task has no scripted expert.
@@ -187,7 +188,7 @@ def build_hil(settings: HilSettings, algo_name: str, env: VecEnv) -> Interventio
     from robot_rl.hil import ActionGap, Deadline
     from sim.experts import make_expert
 
-    expert = make_expert(env, quality=settings.quality, seed=0)
+    expert = make_expert(env, quality=settings.quality, seed=seed)
     n = env.num_envs
     judge = (Deadline(settings.after, n) if settings.judge == "deadline"
              else ActionGap(settings.gap, settings.patience, settings.hold, n))
@@ -337,7 +338,7 @@ def build_training(cfg: Any) -> Training:
         print(f"warning: task.cameras renders {unread} every step, which {algo_name} does not read (it reads "
               f"{algo.obs_groups}); drop task.cameras to train without the rendering cost", file=sys.stderr)
     demo = build_demo_buffer(demo_s, algo_name, env, algo, task_cfg, device)  # before any write: a bad one fails here
-    hil = build_hil(hil_s, algo_name, env)
+    hil = build_hil(hil_s, algo_name, env, s.seed)
     meta = {"task": task_name, "algo": algo_name, "obs_spec": env.obs_spec.to_json(), "action_dim": env.action_dim,
             "task_config": dataclasses.asdict(task_cfg), "config": full}
     if ckpt is not None:  # another task or algorithm first, then what else cannot continue (nothing written yet)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from robot_rl.hil.arbiter import Arbiter
-from robot_rl.hil.triggers import Trigger, action_gap
+from robot_rl.hil.triggers import ActionGap, Trigger, action_gap
 
 
 class Person(Protocol):
@@ -48,6 +48,9 @@ class InterventionAgent:
     """
 
     def __init__(self, person: Person, trigger: Trigger, num_envs: int, watch: bool = True) -> None:
+        if not watch and isinstance(trigger, ActionGap):
+            raise ValueError("ActionGap reads the gap between the policy's and the person's actions: the person must "
+                             "watch (act every step)")
         self.person, self.trigger, self.watch = person, trigger, watch
         self.arbiter = Arbiter(num_envs, latch=False)
         self.gap = torch.zeros(num_envs)  # the last step's action gap per env (0 at an episode's start)
