@@ -250,6 +250,7 @@ class EEBounds:
             m = copy.deepcopy(self.model)
         self._model = m
         self._data = mujoco.MjData(m)
+        self._ik_scratch = mujoco.MjData(m)  # the IK solver's, reused every tick
         self._site = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, cfg.site)
         if self._site < 0:
             raise EEBoundsConfigError(f"ee_bounds.site={cfg.site!r}: the model has no such site")
@@ -440,7 +441,7 @@ class EEBounds:
         self._data.qpos[self._qadr] = np.radians(q0_deg[:5])
         q = ik.solve_ik(self._model, self._data, self.cfg.site, pos, np.radians(q0_deg[:5]), self._jids,
                         target_quat_or_axis=mat_to_quat(rot), iters=self.cfg.ik_iters,
-                        rot_weight=rot_weight, tol=1e-4)
+                        rot_weight=rot_weight, tol=1e-4, scratch=self._ik_scratch)
         return np.degrees(q)
 
     def _check(self, p0: np.ndarray, r0: np.ndarray, pf: np.ndarray, rf: np.ndarray) -> str:

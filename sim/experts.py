@@ -102,6 +102,7 @@ class ScriptedExpert:
         self.cfg, self.obs_spec, self.num_envs = task.cfg, obs_spec, num_envs
         self.model = task.build_spec().compile()  # the expert's own model: its IK never touches the env
         self.data = mujoco.MjData(self.model)
+        self._ik_scratch = mujoco.MjData(self.model)  # the IK solver's, reused every solve
         self.arm = so101.SO101Arm(self.model, torch.device("cpu"), self.cfg.max_delta, self.cfg.max_delta_gripper,
                                   self.cfg.action_mode)
         self.ik_iters = ik_iters
@@ -206,7 +207,7 @@ class ScriptedExpert:
         q0 = self.data.qpos[self.arm_qadr[:5]]
         orient = ik.top_down_quat(yaw) if yaw is not None else None
         return ik.solve_ik(self.model, self.data, self.site, pos, q0, self.arm_joints,
-                           target_quat_or_axis=orient, iters=self.ik_iters)
+                           target_quat_or_axis=orient, iters=self.ik_iters, scratch=self._ik_scratch)
 
     def _site_pos(self) -> np.ndarray:
         return self.data.site(self.site).xpos.copy()

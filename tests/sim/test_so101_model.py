@@ -128,6 +128,24 @@ def test_ik_reaches_table_points_top_down(scene: mujoco.MjModel) -> None:
     np.testing.assert_array_equal(data.qpos, qpos_before)  # the caller's data is untouched
 
 
+def test_ik_with_a_reused_scratch_gives_the_fresh_solvers_answer(scene: mujoco.MjModel) -> None:
+    """A caller's scratch MjData, left by earlier solves and filled with junk besides, changes no answer: the solver
+    overwrites what kinematics reads (qpos, mocap poses) and nothing else carries over."""
+    data = mujoco.MjData(scene)
+    mujoco.mj_resetDataKeyframe(scene, data, scene.key("home").id)
+    arm = _ids(scene, ARM)
+    scratch = mujoco.MjData(scene)
+    scratch.qvel[:], scratch.qacc[:], scratch.ctrl[:] = 3.0, -7.0, 0.5
+    rng = np.random.default_rng(2)
+    for _ in range(6):
+        target = np.r_[PAN_AXIS_XY + rng.uniform(0.1, 0.2, 2) * [1, rng.choice([-1, 1])], rng.uniform(0.02, 0.1)]
+        kw = {"target_quat_or_axis": TOP_DOWN, "iters": 30}
+        fresh = solve_ik(scene, data, "grasp", target, data.qpos[:5], arm, **kw)
+        reused = solve_ik(scene, data, "grasp", target, data.qpos[:5], arm, scratch=scratch, **kw)
+        np.testing.assert_array_equal(reused, fresh)
+        data.qpos[:5] = fresh  # the next solve starts elsewhere, as an expert's next step does
+
+
 def test_ik_full_top_down_orientation_and_limits(scene: mujoco.MjModel) -> None:
     data = mujoco.MjData(scene)
     mujoco.mj_resetDataKeyframe(scene, data, scene.key("home").id)
