@@ -183,7 +183,9 @@ def read_curve(run_dir: str | Path) -> list[dict[str, float]]:
 
 
 def plot_learning_curve(points: list[dict[str, float]], path: str | Path, title: str = "") -> Path | None:
-    """PNG with success rate and mean return against env steps (left) and wall-clock minutes (right).
+    """PNG with success rate and mean return against env steps (left) and wall-clock minutes (right); with the
+    share of steps a person drove where the points have it (a run with ``hil``, whose success rate and return are
+    the policy's own episodes').
 
     Returns None (after a warning) when the file cannot be written: a plot is not worth failing a run for.
     """
@@ -194,10 +196,14 @@ def plot_learning_curve(points: list[dict[str, float]], path: str | Path, title:
 
     if not any("env_steps" in p for p in points):  # an offline run: its losses against updates and wall-clock
         return _plot_offline_curve(points, path, title, plt)
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6), sharey="row")
+    rows = [("success_rate", "success rate"), ("mean_return", "mean return")]
+    if any("intervention_rate" in p for p in points):
+        rows = [("success_rate", "success rate\n(policy alone)"), ("mean_return", "mean return\n(policy alone)"),
+                ("intervention_rate", "share of steps\na person drove")]
+    fig, axes = plt.subplots(len(rows), 2, figsize=(10, 3 * len(rows)), sharey="row")
     steps = [p["env_steps"] for p in points]
     minutes = [p["wall_s"] / 60 for p in points]
-    for row, (key, label) in enumerate((("success_rate", "success rate"), ("mean_return", "mean return"))):
+    for row, (key, label) in enumerate(rows):
         ys = [np.nan if p.get(key) is None else p[key] for p in points]
         for col, (xs, xlabel) in enumerate(((steps, "env steps"), (minutes, "wall-clock (min)"))):
             ax = axes[row][col]

@@ -240,3 +240,16 @@ def test_bad_hil_settings_fail_before_a_run_folder_is_written(tmp_path, capsys):
         assert main(["train", *base, *extra, f"run_dir={run}"]) == 2, extra
         assert message in capsys.readouterr().err, extra
         assert not run.exists(), extra
+
+
+def test_the_learning_curve_of_a_hil_run_shows_the_persons_share(tmp_path):
+    import matplotlib.image
+
+    from robot_rl.logging import plot_learning_curve
+
+    points = [{"iteration": i, "env_steps": 256 * i, "wall_s": 1.0 * i, "success_rate": 0.1 * i, "mean_return": -i}
+              for i in range(1, 5)]
+    plain = matplotlib.image.imread(plot_learning_curve(points, tmp_path / "plain.png"))
+    helped = [{**p, "intervention_rate": 0.8 - 0.1 * i} for i, p in enumerate(points)]
+    hil = matplotlib.image.imread(plot_learning_curve(helped, tmp_path / "hil.png"))
+    assert hil.shape[0] == pytest.approx(1.5 * plain.shape[0], rel=0.02)  # a third row of panels
