@@ -1,7 +1,7 @@
 """``robot-rl deploy``: run an exported policy on an arm through LeRobot, safely, optionally recording and with a
 person able to take over.
 
-    robot-rl deploy robot=so101 robot.port=/dev/ttyACM0 robot.id=my_arm checkpoint=runs/<run> task="pick up the cube"
+    robot-rl deploy robot=so101 robot.port=/dev/ttyACM0 robot.id=my_arm checkpoint=runs/<run> instruction="pick up the cube"
     robot-rl deploy robot=so101_sim robot.task=so101_pick robot.image_height=64 robot.image_width=64 \
         checkpoint=runs/<offline run> episodes=5 dataset.root=data/deploy teleop=so101_sim_leader takeover=keyboard
 
@@ -56,7 +56,9 @@ class SessionSettings:
     episodes: int = 1  # episodes to run
     episode_s: float = 30.0  # s, an episode's time limit (episode_s * fps ticks)
     fps: int = 30  # Hz, the control rate (the rate every SO-101 task is trained at)
-    task: str | None = None  # the instruction in every frame; None: the simulated robot's own (a real arm: set it)
+    # the instruction in every frame (the episodes' task in a recording); None: the simulated robot's own (a real arm:
+    # set it). Not ``task=``: that name picks a simulator task config in robot-rl's Hydra search path.
+    instruction: str | None = None
     cameras: list[str] | None = None  # robot cameras read into frames; None: all of the robot's
     stop_on_success: bool = True  # end an episode when the robot reports success (so101_sim; a real arm never does)
     # Keys the person presses to end an episode (a real arm cannot report how it went): success_key ("s") when the
@@ -290,7 +292,7 @@ def session_kwargs(c: SessionSettings, robot: Any) -> dict[str, Any]:
     from real.robot_env import ControlClock
 
     cameras = c.cameras if c.cameras is not None else list(getattr(robot, "cameras", {}))
-    return {"cameras": cameras, "task": c.task, "fps": float(c.fps), "max_episode_length": round(c.episode_s * c.fps),
+    return {"cameras": cameras, "task": c.instruction, "fps": float(c.fps), "max_episode_length": round(c.episode_s * c.fps),
             "clock": ControlClock(c.fps, sleep=c.realtime)}
 
 

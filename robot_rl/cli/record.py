@@ -1,7 +1,7 @@
 """``robot-rl record``: teleoperated demonstrations into a LeRobotDataset v3, each episode saved as it ends.
 
     robot-rl record robot=so101 robot.port=/dev/ttyACM0 robot.id=my_arm teleop=so101_leader teleop.port=/dev/ttyACM1 \
-        teleop.id=my_leader dataset.root=data/demos episodes=20 task="pick up the cube"
+        teleop.id=my_leader dataset.root=data/demos episodes=20 instruction="pick up the cube"
     robot-rl record robot=so101_sim robot.task=so101_pick teleop=so101_sim_leader dataset.root=data/sim_demos episodes=5
 
 The person drives through the teleoperator; every command passes ``real.safety.SafetyFilter`` (the same limits as

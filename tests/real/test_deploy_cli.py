@@ -248,6 +248,23 @@ def test_deploy_end_to_end_on_so101_sim_with_a_takeover_and_recording(tmp_path, 
     assert not np.allclose(proposal[~inter], action[~inter])  # the VLA's proposals were clipped, and kept
 
 
+def test_an_instruction_given_on_the_command_line_is_every_frames_task(tmp_path):
+    """`instruction="..."` (a real arm has no task text of its own) reaches the policy's frames and the recording;
+    `task=` would pick a simulator task config in Hydra's search path, so deploy and record take `instruction`."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from robot_rl.cli.build import compose
+
+    root = tmp_path / "ds"
+    said = "pick up the cube"  # so101_pick's own instructions always name a colour
+    argv = ["deploy", *SIM, f"checkpoint={vla(tmp_path / 'vla')}", "episodes=1", "episode_s=0.2",
+            f"dataset.root={root}", "realtime=false", f"instruction={said}"]
+    assert run_main(argv) == 0
+    ds = LeRobotDataset("local/ds", root=root)
+    assert list(ds.meta.tasks.index) == [said] and len(ds) == 6
+    assert compose("record", [f"instruction={said}"]).instruction == said
+
+
 def test_the_persons_marks_end_episodes_and_a_success_mark_is_recorded_as_next_success(tmp_path, capsys):
     """A real arm cannot report how an episode went: the person marks it (success_key / failure_key; here their
     schedules, the same path). Tick 15 marked done: episode 0 ends there (16 frames) with next.success true on its
