@@ -22,7 +22,7 @@ variant starts from the same states; each measurement is repeated and the best k
 ratios are what we compare).
 
     python benchmarks/sim_throughput.py            # full run, ~5 minutes on 2 cores
-    python benchmarks/sim_throughput.py --quick    # N in 16, 64; shorter timings
+    python benchmarks/sim_throughput.py --quick    # N in 16, 64; shorter timings; sim_throughput_quick.json/png
 """
 
 from __future__ import annotations
@@ -409,7 +409,8 @@ def main() -> None:
     for n, r in tiles.items():  # the tiled renderer against one call per image, in the same run
         goals.append(goal(f"tiled_render_speedup_64x64_{n.replace('=', '')}", r["tiles"] / r["one_call_each"],
                           1.0, ">="))
-    path = write_result("sim_throughput", data, goals)
+    name = "sim_throughput_quick" if args.quick else "sim_throughput"  # a quick pass never replaces the record
+    path = write_result(name, data, goals)
 
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.2), squeeze=False)
     for ax, (task, res) in zip(axes[0], results.items()):
@@ -426,8 +427,8 @@ def main() -> None:
         ax.legend()
     fig.suptitle(f"robot_rl sim throughput; rendered so101_lift N=16: {render} env-steps/s")
     fig.tight_layout()
-    fig.savefig(RESULTS / "sim_throughput.png", dpi=110)
-    print("wrote", path, "and", RESULTS / "sim_throughput.png")
+    fig.savefig(RESULTS / f"{name}.png", dpi=110)
+    print("wrote", path, "and", RESULTS / f"{name}.png")
     for g in goals:
         print(f"  {'MET ' if g['met'] else 'MISS'} {g['name']}: {g['value']} {g['direction']} {g['target']}")
 

@@ -111,6 +111,11 @@ def test_robot_rl_eval_runs_an_offline_policy_on_a_task_it_names(lerobot_dataset
                  "num_episodes=1", "num_envs=1", "video=false"]) == 0
     (lift_eval,) = (tmp_path / "run").glob("eval_*_so101_lift")
     assert json.loads((lift_eval / "eval.json").read_text())["task"] == "so101_lift"
+    before = (lift_eval / "eval.json").read_bytes()  # another evaluation of it goes next door, overwriting nothing
+    assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=so101_lift", "task.episode_length=4",
+                 "num_episodes=1", "num_envs=1", "video=false", "executed_steps=1"]) == 0
+    assert (lift_eval / "eval.json").read_bytes() == before
+    assert json.loads((lift_eval.with_name(lift_eval.name + "_2") / "eval.json").read_text())["executed_steps"] == 1
     capsys.readouterr()
     assert main(["eval", f"checkpoint={tmp_path / 'run'}", "task=humanoid_walk", "num_episodes=1", "num_envs=1",
                  "video=false"]) == 2

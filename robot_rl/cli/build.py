@@ -181,6 +181,8 @@ def build_hil(settings: HilSettings, algo_name: str, env: VecEnv, seed: int = 0)
         ValueError: ``algo`` is not off-policy, or the task has no scripted expert.
     """
     if settings.person is None:
+        if settings != HilSettings():
+            print("warning: hil.* settings do nothing without hil.person=expert (nobody takes over)", file=sys.stderr)
         return None
     if algorithm_entry(algo_name).runner is not OffPolicyRunner:
         raise ValueError(f"hil.person is for off-policy learners (algo=flashsac): a person's actions are off-policy "

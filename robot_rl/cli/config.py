@@ -126,7 +126,7 @@ class EvalCommand(EvalSettings):
     """configs/eval.yaml: ``robot-rl eval`` (the evaluation's fields are ``EvalSettings``')."""
 
     checkpoint: str = MISSING  # a run folder or checkpoint folder (required)
-    out_dir: str | None = None  # default: <run folder>/eval_<checkpoint name>[_<task>, for a policy trained offline]
+    out_dir: str | None = None  # default: <run folder>/eval_<checkpoint name>[_<task>, offline-trained][_2, _3, ...: the first free]
     device: str = "cpu"  # cpu | cuda | cuda:<i> | auto
     num_threads: int = 2  # simulator threads
     # task=<name> (configs/task/, task.<field>=... overrides it): the task to evaluate a policy trained offline on

@@ -91,7 +91,8 @@ class DeployCommand(SessionSettings):
     checkpoint: str = MISSING  # a run folder, a checkpoint folder or an exported-policy folder (required)
     takeover: str = "none"  # none | keyboard (a key or a USB pedal toggles) | schedule (takeover_schedule)
     takeover_key: str = "space"  # the key for takeover=keyboard ("space", "t", "f12", ...)
-    takeover_schedule: list[int] = field(default_factory=list)  # ticks at which control switches (takeover=schedule)
+    # ticks at which control switches (takeover=schedule), counted across episodes as success_schedule's are
+    takeover_schedule: list[int] = field(default_factory=list)
     device: str = "cpu"  # the policy's device: cpu | cuda | cuda:<i> | auto
     torch_threads: int = 1  # torch intra-op threads
     # ticks ahead a chunked policy's next chunk is computed in a background thread (its first `lookahead` steps

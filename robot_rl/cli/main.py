@@ -181,8 +181,10 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
         sim_raw["randomization"] = {**sim_raw.get("randomization", {}), **changed}
     sim_cfg = sim_config_from_dict(sim_raw)
     run_dir = folder.parent.parent
-    # a policy trained offline may be evaluated on several tasks: each gets its own folder
-    out_dir = Path(e.out_dir) if e.out_dir else run_dir / (f"eval_{folder.name}" + (f"_{task}" if e.task else ""))
+    # a policy trained offline may be evaluated on several tasks: each gets its own folder; another evaluation of the
+    # same checkpoint and task (other settings, other seeds) gets the next free one, never overwriting a report
+    out_dir = Path(e.out_dir) if e.out_dir else _free_folder(run_dir / (f"eval_{folder.name}" +
+                                                                        (f"_{task}" if e.task else "")))
     ev = dataclasses.replace(e, checkpoint=str(folder))
     extra = {"checkpoint": str(folder), "task": task, "randomization": changed or None,
              "env_steps": meta.get("env_steps"), "iteration": meta.get("iteration"),
@@ -190,6 +192,14 @@ def evaluate_checkpoint(cfg: Any) -> dict[str, Any]:
              "mean_of_samples": e.mean_of_samples, "sample_reduction": e.sample_reduction,
              "median_actions": e.median_actions}
     return _report(out_dir, policy, task, task_cfg, sim_cfg, ev, device, run_dir, extra)
+
+
+def _free_folder(base: Path) -> Path:
+    """``base``, or ``base_2``, ``base_3``, ...: the first that holds no evaluation report yet."""
+    out, k = base, 2
+    while (out / "eval.json").exists():
+        out, k = base.with_name(f"{base.name}_{k}"), k + 1
+    return out
 
 
 def offline(cfg: Any) -> Path:
