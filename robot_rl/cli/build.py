@@ -43,6 +43,7 @@ from robot_rl.cli.config import (
     resolve_device,
     typed,
 )
+from robot_rl.cli.load import other_load, thread_warning
 from robot_rl.env import VecEnv
 from robot_rl.hil.agent import InterventionAgent
 from robot_rl.logging import LoggerConfig, RunLogger
@@ -354,6 +355,11 @@ def build_training(cfg: Any) -> Training:
     logger = RunLogger(run_dir, log_s, s.total_steps, start_steps, config=full)
     checkpoints = CheckpointManager(run_dir / CHECKPOINTS_DIR, ckpt_s.keep_last)
     update_threads = s.update_threads if s.update_threads is not None else available_cores()
+    threads = max(s.torch_threads, update_threads if algorithm_entry(algo_name).runner is OnPolicyRunner else 1)
+    if threads > 1:  # other work on the machine can make torch's threads a slowdown: say so (robot_rl.cli.load)
+        warning = thread_warning(threads, available_cores(), other_load(0.1))
+        if warning:
+            print(warning, file=sys.stderr)
     runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta, demo, update_threads, hil)
     if ckpt is not None:
         runner.restore(ckpt)
