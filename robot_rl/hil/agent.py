@@ -24,7 +24,8 @@ class Person(Protocol):
     """Who can take over: a scripted expert in simulation (``sim.experts``), a teleop device on a real arm."""
 
     def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """float [N, A] in the env's action units: what they would do now (called every step: they watch)."""
+        """float [N, A] in the env's action units: what they would do now (called every step when they watch, else
+        on the steps some env is theirs)."""
 
     def reset(self, env_ids: torch.Tensor | None) -> None:
         """Envs ``env_ids`` (all: None) start new episodes."""
