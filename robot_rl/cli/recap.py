@@ -110,8 +110,8 @@ class InterveningActor:
     """The policy acts (through an ``ActionQueue`` on the frames); a value model watches through the command's
     trigger (``robot_rl.hil.triggers``: V(o) below ``intervene_below`` for ``intervene_patience`` steps, or a stalled
     value); from the step it fires, after ``intervene_after`` steps, the expert (``collect.ExpertActor``) takes that
-    env over until its episode ends (``robot_rl.hil.Arbiter`` with ``latch``). Returns per-env targets, the
-    policy's proposals and who acted (int64 [N]).
+    env over until its episode ends (``robot_rl.hil.InterventionAgent``, latched, the person not watching). Returns
+    per-env targets, the policy's proposals and who acted (int64 [N]).
 
     Args:
         value_scale: M, the value's steps per unit (the labels' max episode length): a stall is progress slower than
@@ -121,37 +121,46 @@ class InterveningActor:
     def __init__(self, view: Any, policy: Any, expert_actor: Any, value_model: Any, cmd: RecapCommand,
                  value_scale: int) -> None:
         from policies import ActionQueue
-        from robot_rl.hil import Arbiter
+        from robot_rl.hil import InterventionAgent
 
-        self.view, self.expert, self.value_model, self.cmd = view, expert_actor, value_model, cmd
+        self.view, self.value_model, self.cmd = view, value_model, cmd
         self.queue = ActionQueue(policy, view.num_envs, view.action_dim)
         n = view.num_envs
-        self.trigger = intervention_trigger(cmd, n, value_scale)
-        self.arbiter = Arbiter(n, latch=True)
+        self.agent = InterventionAgent(_ExpertPerson(expert_actor), intervention_trigger(cmd, n, value_scale), n,
+                                       watch=False, latch=True)
         lags = list(value_model.cfg.state_lags)  # the joints' earlier readings, where the value model reads them
         self.lags = StateLags(lags, n) if lags else None
 
     def __call__(self, frames: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         proposal = self.queue(frames).cpu()
-        if self.cmd.interventions:
-            if self.lags is not None:
-                frames = {**frames, keys.OBS_STATE_LAGS: self.lags(frames[keys.OBS_STATE])}
-            started, _ = self.arbiter.update(self.trigger(self.value_model.value(frames).cpu()))
-            if bool(started.any()):
-                self.expert.reset(started.nonzero().flatten())  # the human starts from what they see now
-        target = proposal
-        if bool(self.arbiter.taken.any()):
-            expert_target, _, _ = self.expert(frames)
-            target = self.arbiter.mix(proposal, expert_target.cpu())
-        return target, proposal, self.arbiter.actor
+        if not self.cmd.interventions:
+            return proposal, proposal, self.agent.arbiter.actor
+        if self.lags is not None:
+            frames = {**frames, keys.OBS_STATE_LAGS: self.lags(frames[keys.OBS_STATE])}
+        target, actor = self.agent(frames, proposal, signal=self.value_model.value(frames).cpu())
+        return target, proposal, actor
 
     def reset(self, env_ids: torch.Tensor | None) -> None:
         self.queue.reset(env_ids)
-        self.trigger.reset(env_ids)
-        self.arbiter.reset(env_ids)
-        self.expert.reset(env_ids)
+        if env_ids is None:
+            self.agent.restart()
+        else:
+            self.agent.end(torch.zeros(self.view.num_envs, dtype=torch.bool).index_fill_(0, env_ids.cpu(), True))
         if self.lags is not None:
             self.lags.reset(env_ids)
+
+
+class _ExpertPerson:
+    """``collect.ExpertActor`` (targets in the view's degrees) as the person of an ``InterventionAgent``."""
+
+    def __init__(self, expert_actor: Any) -> None:
+        self.expert = expert_actor
+
+    def act(self, frames: dict[str, Any]) -> torch.Tensor:
+        return self.expert(frames)[0].cpu()
+
+    def reset(self, env_ids: torch.Tensor | None) -> None:
+        self.expert.reset(env_ids)
 
 
 def intervention_trigger(cmd: RecapCommand, num_envs: int, value_scale: int) -> Any:

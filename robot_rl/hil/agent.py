@@ -38,22 +38,24 @@ class InterventionAgent:
     With ``watch`` the person acts every step and the trigger reads the gap between the policy's and the person's
     actions of the previous step (``action_gap``; a person reacts to what they have seen, and the decision is made
     before anyone acts this step). Without it the person acts only on the steps some env is theirs, planning afresh
-    from what they see in each env they take over (``person.reset``), and the trigger reads no gap (``Deadline``):
-    steps nobody takes over then cost nothing.
+    from what they see in each env they take over (``person.reset``), and the trigger reads what the caller passes
+    (``signal``: V(o_t) for the value triggers, nothing for ``Deadline``): steps nobody takes over then cost nothing.
 
     Args:
         person: acts from observations.
-        trigger: reads the action gap [N] (``ActionGap``) or nothing (``Deadline``).
+        trigger: reads the action gap [N] (``ActionGap``), a value [N] or nothing.
         num_envs: N.
         watch: the person acts every step (a trigger that reads the gap needs it).
+        latch: a take-over lasts until the env's episode ends (the recap loop's expert), however the trigger goes on.
     """
 
-    def __init__(self, person: Person, trigger: Trigger, num_envs: int, watch: bool = True) -> None:
+    def __init__(self, person: Person, trigger: Trigger, num_envs: int, watch: bool = True,
+                 latch: bool = False) -> None:
         if not watch and isinstance(trigger, ActionGap):
             raise ValueError("ActionGap reads the gap between the policy's and the person's actions: the person must "
                              "watch (act every step)")
         self.person, self.trigger, self.watch = person, trigger, watch
-        self.arbiter = Arbiter(num_envs, latch=False)
+        self.arbiter = Arbiter(num_envs, latch=latch)
         self.gap = torch.zeros(num_envs)  # the last step's action gap per env (0 at an episode's start)
         self.touched = torch.zeros(num_envs, dtype=torch.bool)  # someone else acted in the env's current episode
         self.successes = 0  # episodes that ended in success, over the run (for take-overs per success)
@@ -63,10 +65,12 @@ class InterventionAgent:
     def num_envs(self) -> int:
         return int(self.gap.shape[0])
 
-    def __call__(self, obs: dict[str, torch.Tensor], policy_action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """This step's observations and the policy's actions [N, A] -> (the actions to apply [N, A], who acts int64
-        [N] of ``keys.ACTOR_*``, for ``env.step(..., actor=)``)."""
-        started, _ = self.arbiter.update(self.trigger(self.gap if self.watch else None))
+    def __call__(self, obs: dict[str, Any], policy_action: torch.Tensor, signal: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """This step's observations and the policy's actions [N, A] (and, for a person who does not watch, what the
+        trigger reads: ``signal``) -> (the actions to apply [N, A], who acts int64 [N] of ``keys.ACTOR_*``, for
+        ``env.step(..., actor=)``)."""
+        started, _ = self.arbiter.update(self.trigger(self.gap if self.watch else signal))
         self.touched |= self.arbiter.taken
         if not self.watch:
             if not bool(self.arbiter.taken.any()):
