@@ -120,7 +120,12 @@ class ReplayBuffer:
     @property
     def num_interventions(self) -> int:
         """Stored transitions whose action someone other than the policy chose (a person, a recovery policy)."""
-        return int((self.actor != keys.ACTOR_POLICY).sum())
+        return int((self._filled_actor() != keys.ACTOR_POLICY).sum())
+
+    def _filled_actor(self) -> torch.Tensor:
+        """``actor`` [rows, N] of the rows written so far: until the ring wraps they are rows 0..size-1 (a scan
+        of the rest, all the policy's, would be most of a large buffer)."""
+        return self.actor[:self.size] if self.size < self.rows else self.actor
 
     def sample(self, batch_size: int, n_step: int = 1, gamma: float = 0.99, interventions: bool = False) -> Batch:
         """Uniform transitions with n-step targets (``returns.nstep_targets``), cut at episode ends and at the
@@ -138,7 +143,7 @@ class ReplayBuffer:
         n = self.num_envs
         oldest = (self.pos - self.size) % self.rows
         if interventions:  # flat positions (rows after the oldest * N + env) of the transitions to draw among
-            rows_, envs_ = (self.actor != keys.ACTOR_POLICY).nonzero(as_tuple=True)  # unfilled rows hold the policy
+            rows_, envs_ = (self._filled_actor() != keys.ACTOR_POLICY).nonzero(as_tuple=True)
             pool = ((rows_ - oldest) % self.rows) * n + envs_
             if len(pool) == 0:
                 raise RuntimeError("the replay buffer holds no intervention to sample")

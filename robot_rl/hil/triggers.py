@@ -31,6 +31,14 @@ class Trigger(Protocol):
         """Envs ``env_ids`` (all: None) start a new episode."""
 
 
+def _per_env(trigger: object, value: torch.Tensor | None, what: str) -> torch.Tensor:
+    """``value`` as float32 [N] on the CPU, or a ValueError naming the trigger and what it reads."""
+    n = trigger.num_envs  # type: ignore[attr-defined]
+    if value is None or value.shape != (n,):
+        raise ValueError(f"{type(trigger).__name__} reads {what} [{n}], got {None if value is None else list(value.shape)}")
+    return value.detach().float().cpu()
+
+
 class _Stepped:
     """Per-env steps into the episode (the call count since the env's reset)."""
 
@@ -41,10 +49,7 @@ class _Stepped:
         self.t = torch.zeros(num_envs, dtype=torch.long)
 
     def _check(self, value: torch.Tensor | None) -> torch.Tensor:
-        if value is None or value.shape != (self.num_envs,):
-            raise ValueError(f"{type(self).__name__} reads V(o_t) [{self.num_envs}], got "
-                             f"{None if value is None else list(value.shape)}")
-        return value.detach().float().cpu()
+        return _per_env(self, value, "V(o_t)")
 
     def reset(self, env_ids: torch.Tensor | None) -> None:
         self.t[slice(None) if env_ids is None else env_ids.cpu()] = 0
@@ -154,10 +159,7 @@ class ActionGap:
 
     def __call__(self, value: torch.Tensor | None) -> torch.Tensor:
         """``value``: the action gap [N] of this step (not a value estimate) -> bool [N]."""
-        if value is None or value.shape != (self.num_envs,):
-            raise ValueError(f"ActionGap reads the action gap [{self.num_envs}], got "
-                             f"{None if value is None else list(value.shape)}")
-        gap = value.detach().float().cpu()
+        gap = _per_env(self, value, "the action gap")
         holding = self.left > 0
         self.over = torch.where(holding | (gap <= self.threshold), torch.zeros_like(self.over), self.over + 1)
         start = ~holding & (self.over >= self.patience)
