@@ -12,8 +12,16 @@ one called in).
         --betas 2.5 --eval-episodes 50 --no-video --work /tmp/hil/recap --out /tmp/hil/recap_out
     python benchmarks/hil_triggers.py --run /tmp/hil/recap/recap_balanced_s0 --work /tmp/hil/collect --episodes 200
 
-Writes ``hil_triggers.json`` + ``hil_triggers.png`` into ``--out`` (default benchmarks/results); ``--plot-only`` redraws
-the PNG from the JSON there.
+Recovery before the person (``robot-rl recap recovery=true``; the memory: the run's training data's intervention
+frames, keyed by its value model): the ``+recovery`` arms send an episode's first request to a joint-space recovery
+and only a later one to the person; ``recovery_only`` never calls the person. Their record goes to its own file:
+
+    python benchmarks/hil_triggers.py --run /tmp/rcv/work/recap_balanced_s0 --work /tmp/rcv/collect --episodes 200 \
+        --triggers policy_alone,threshold,threshold+recovery,stall_w20_p0.25,stall_w20_p0.25+recovery,recovery_only \
+        --name hil_recovery
+
+Writes ``NAME.json`` + ``NAME.png`` into ``--out`` (default benchmarks/results; NAME ``--name``, default
+hil_triggers); ``--plot-only`` redraws the PNG from the JSON there.
 """
 
 from __future__ import annotations
@@ -49,6 +57,12 @@ TRIGGERS: dict[str, list[str]] = {
     "stall_w20_p0": ["intervene_trigger=stall", "intervene_window=20", "intervene_min_progress=0.0"],
     "stall_w20_p0.25_c-0.3": ["intervene_trigger=stall", "intervene_window=20", "intervene_min_progress=0.25",
                               "intervene_ceiling=-0.3"],
+    "threshold+recovery": ["intervene_trigger=threshold", "recovery=true"],
+    "stall_w20_p0.25+recovery": ["intervene_trigger=stall", "intervene_window=20", "intervene_min_progress=0.25",
+                                 "recovery=true"],
+    # every request a recovery, nobody called in
+    "recovery_only": ["intervene_trigger=stall", "intervene_window=20", "intervene_min_progress=0.25",
+                      "recovery=true", "recoveries=1000000"],
 }
 
 
@@ -61,6 +75,7 @@ def collect_with(trigger: list[str], run: Path, data: Path, episodes: int, num_e
     from policies import load_policy
     from robot_rl.algos.advantages import VALUE_DIR
     from robot_rl.algos.value_learning import load_value_model
+    from robot_rl.checkpoint import load_meta
     from robot_rl.cli.build import compose
     from robot_rl.cli.config import typed
     from robot_rl.cli.recap import RecapCommand, _exported, _task_and_sim, _with_beta, collect_round
@@ -73,27 +88,38 @@ def collect_with(trigger: list[str], run: Path, data: Path, episodes: int, num_e
     policy = _with_beta(load_policy(_exported(run)).eval(), beta)
     value, _ = load_value_model(run / VALUE_DIR, "cpu")
     shutil.rmtree(data, ignore_errors=True)
-    out = collect_round(cmd, task, task_cfg, sim_cfg, data, episodes, seed, policy, value)
+    trained_on = Path(load_meta(run)[1]["dataset_root"])  # the recovery's memory: its intervention frames
+    out = collect_round(cmd, task, task_cfg, sim_cfg, data, episodes, seed, policy, value, memory_data=trained_on)
     return {"collect": out, **episode_table(data)}
 
 
 def episode_table(data: Path) -> dict[str, Any]:
-    """Per episode of the collection: success, the first take-over's step (None: none) and its length; and the
-    report's numbers over them."""
+    """Per episode of the collection: success, the person's first take-over step (None: none), its length and its
+    recoveries; and the report's numbers over them (the person's frames are the actor column's human ones: a
+    recovery's frames are interventions in LeRobot's column, not the person's effort)."""
     from policies import keys
     from robot_rl.data.lerobot_format import read_frames, read_meta
 
     meta = read_meta(data)
     eps = meta.episodes["episode_index"].astype(np.int64)
-    cols = read_frames(meta, eps, [keys.SUCCESS_COL, keys.INTERVENTION_COL]).columns
+    who = keys.ACTOR_COL if keys.ACTOR_COL in meta.features else keys.INTERVENTION_COL  # LeRobot's tools: no actor
+    cols = read_frames(meta, eps, [keys.SUCCESS_COL, who]).columns
     e = cols["episode_index"].reshape(-1)
-    succ, inter = (cols[c].reshape(-1).astype(bool) for c in (keys.SUCCESS_COL, keys.INTERVENTION_COL))
+    succ = cols[keys.SUCCESS_COL].reshape(-1).astype(bool)
+    if who == keys.ACTOR_COL:
+        actor = cols[who].reshape(-1)
+        inter, rec = actor == keys.ACTOR_HUMAN, actor == keys.ACTOR_RECOVERY
+    else:
+        inter = cols[who].reshape(-1).astype(bool)
+        rec = np.zeros_like(inter)
     rows = []
     for i in eps.tolist():
         m = e == i
         hit = np.flatnonzero(inter[m])
+        r = rec[m].astype(np.int8)
         rows.append({"episode": i, "success": bool(succ[m].any()), "length": int(m.sum()),
-                     "takeover_step": int(hit[0]) if len(hit) else None})
+                     "takeover_step": int(hit[0]) if len(hit) else None,
+                     "recoveries": int(((r[1:] - r[:-1]) == 1).sum() + r[0]), "recovery_frames": int(r.sum())})
     n = len(rows)
     taken = [r for r in rows if r["takeover_step"] is not None]
     left = [r for r in rows if r["takeover_step"] is None]
@@ -108,6 +134,12 @@ def episode_table(data: Path) -> dict[str, Any]:
         "left_to_policy_success_rate": (sum(r["success"] for r in left) / len(left)) if left else None,
         "missed_failures": sum(not r["success"] for r in left),
         "median_takeover_step": float(np.median([r["takeover_step"] for r in taken])) if taken else None,
+        "recoveries": sum(r["recoveries"] for r in rows),
+        "recovered_episodes": sum(r["recoveries"] > 0 for r in rows),
+        "recovery_frame_share": float(rec.mean()),
+        # of the episodes with a recovery, those won with no person called in
+        "recovered_success_alone_rate": (sum(r["success"] and r["takeover_step"] is None for r in rows
+                                             if r["recoveries"]) / max(sum(r["recoveries"] > 0 for r in rows), 1)),
         "per_episode": rows,
     }
 
@@ -149,10 +181,11 @@ def main() -> None:
     p.add_argument("--beta", type=float, default=2.5, help="CFG β the policy samples with (the loop's)")
     p.add_argument("--triggers", default=",".join(TRIGGERS))
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--name", default=NAME, help="file names of the results: NAME.json, NAME.png")
     p.add_argument("--plot-only", action="store_true", help="redraw NAME.png from NAME.json in --out")
     a = p.parse_args()
     if a.plot_only:
-        plot(json.loads((a.out / f"{NAME}.json").read_text()), a.out / f"{NAME}.png")
+        plot(json.loads((a.out / f"{a.name}.json").read_text()), a.out / f"{a.name}.png")
         return
     os.environ.setdefault("MUJOCO_GL", "egl")
     torch.set_num_threads(2)
@@ -166,11 +199,11 @@ def main() -> None:
                                                     a.seed, a.beta)
         res["seconds"] = round(time.perf_counter() - start, 1)
         print(f"{name}: success {res['success_rate']:.2f}, taken over {res['takeover_rate']:.2f}, expert frames "
-              f"{res['human_frame_share']:.2f}, missed failures {res['missed_failures']} ({res['seconds']} s)",
-              file=sys.stderr)
+              f"{res['human_frame_share']:.2f}, missed failures {res['missed_failures']}, recoveries "
+              f"{res['recoveries']} ({res['seconds']} s)", file=sys.stderr)
     a.out.mkdir(parents=True, exist_ok=True)
-    write_result(NAME, data, [], a.out)
-    plot(data, a.out / f"{NAME}.png")
+    write_result(a.name, data, [], a.out)
+    plot(data, a.out / f"{a.name}.png")
     print(json.dumps({n: {k: v for k, v in r.items() if k not in ("per_episode", "collect")}
                       for n, r in data["triggers"].items()}, indent=1))
 

@@ -534,3 +534,36 @@ def test_each_instruction_gets_its_own_value_scale_from_the_command_line(dataset
     assert _offline("recap", dataset, tmp_path / "typo", "steps=1",
                     "algo.labels.max_episode_length_by_task={pick the cube 2:40}") == 2
     assert "names ['pick the cube 2'], which the data's instructions" in capsys.readouterr().err
+
+
+def test_the_loop_recovers_before_calling_the_expert(tmp_path, capsys):
+    """recovery=true: each episode's first take-over request sends the arm back to a remembered state (the memory:
+    the dataset's intervention frames, keyed by the value model) along the straight joint line, at most
+    recovery_max_step degrees per step; only a request after it calls the expert (recorded as actor human)."""
+    from robot_rl.data.lerobot_format import read_frames, read_meta
+
+    source = tmp_path / "source"
+    assert main(["collect", "task=so101_lift", "episodes=2", f"dataset.root={source}", "sim.num_envs=2",
+                 "task.episode_length=30", "progress=false", "task.image_width=32", "task.image_height=32"]) == 0
+    run = tmp_path / "loop"
+    args = ["recap", "task=so101_lift", "rounds=1", f"run_dir={run}", f"init_dataset={source}",
+            "episodes_per_round=2", "task.episode_length=30", "task.image_width=32", "task.image_height=32",
+            "sim.num_envs=2", "steps=3", "eval_episodes=2", "eval_envs=2", "intervene_after=2",
+            "intervene_below=0.0", "intervene_patience=1", "recovery=true", "recovery_every=1",
+            "recovery_max_steps=6", "recovery_max_step=2.0",
+            "offline=[" + ",".join(f"'{o}'" for o in [*TINY, *TINY_VALUE]) + "]"]
+    assert main(args) == 0, capsys.readouterr().err
+    meta = read_meta(run / "data")
+    cols = read_frames(meta, np.array([2, 3]), [keys.ACTOR_COL, keys.OBS_STATE, keys.ACTION_COL]).columns
+    actor = cols[keys.ACTOR_COL].reshape(-1)
+    ep = cols["episode_index"].reshape(-1)
+    for e in (2, 3):
+        who = actor[ep == e].tolist()
+        # the policy first (intervene_after), then one recovery of at most 6 steps, then the expert to the end
+        first_rec = who.index(keys.ACTOR_RECOVERY)
+        assert set(who[:first_rec]) == {keys.ACTOR_POLICY}
+        rec = [i for i, w in enumerate(who) if w == keys.ACTOR_RECOVERY]
+        assert rec == list(range(first_rec, first_rec + len(rec))) and len(rec) <= 6
+        assert keys.ACTOR_HUMAN in who[rec[-1]:] and who[-1] == keys.ACTOR_HUMAN
+    moves = (cols[keys.ACTION_COL] - cols[keys.OBS_STATE])[actor == keys.ACTOR_RECOVERY]
+    assert np.abs(moves).max() <= 2.0 + 1e-4

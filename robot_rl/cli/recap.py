@@ -78,6 +78,17 @@ class RecapCommand:
     intervene_window: int = 20  # steps of value history for the stall trigger
     intervene_min_progress: float = 0.25  # fraction of an on-course episode's value gain per step (1 / M)
     intervene_ceiling: float | None = -0.1  # the stall trigger asks only where V is below this (value units)
+    # Recovery before the expert (DESIGN.md §5; robot_rl.hil.recovery): the trigger's first ``recoveries`` requests of
+    # an episode drive the arm, in joint space, to the best-valued of the ``recovery_k`` dataset intervention frames
+    # nearest to the current one (in the value model's features; every ``recovery_every``-th frame in the memory),
+    # then hand back to the policy; only a request after that calls the expert.
+    recovery: bool = False
+    recoveries: int = 1
+    recovery_k: int = 8
+    recovery_every: int = 5
+    recovery_max_step: float = 3.0  # degrees per control step, the largest joint move
+    recovery_tolerance: float = 3.0  # degrees: arrived when every joint is this close
+    recovery_max_steps: int = 40  # control steps a recovery may take
     eval_episodes: int = 50  # seeded evaluation episodes per round
     eval_envs: int = 25  # envs stepped together in evaluation
     eval_seed: int = 50_000  # evaluation's env seed (collection uses seed + 1000 * round)
@@ -101,6 +112,11 @@ class RecapCommand:
         if self.guidance_beta is not None and self.guidance_beta < 1.0:
             raise ValueError(f"guidance_beta must be >= 1 (RECAP samples toward the positive indicator), got "
                              f"{self.guidance_beta}")
+        if self.recovery and (self.recoveries < 1 or self.recovery_k < 1 or self.recovery_every < 1
+                              or self.recovery_max_steps < 1 or not self.recovery_max_step > 0
+                              or not self.recovery_tolerance > 0):
+            raise ValueError("recoveries, recovery_k, recovery_every and recovery_max_steps must be >= 1, "
+                             "recovery_max_step and recovery_tolerance > 0")
         if self.init_run is not None and self.init_dataset is None:
             raise ValueError("init_run needs init_dataset: the dataset that run was trained on")
 
@@ -119,15 +135,18 @@ class InterveningActor:
     """
 
     def __init__(self, view: Any, policy: Any, expert_actor: Any, value_model: Any, cmd: RecapCommand,
-                 value_scale: int) -> None:
+                 value_scale: int, memory: Any = None) -> None:
         from policies import ActionQueue
-        from robot_rl.hil import InterventionAgent
+        from robot_rl.hil import InterventionAgent, JointRecovery
 
         self.view, self.value_model, self.cmd = view, value_model, cmd
         self.queue = ActionQueue(policy, view.num_envs, view.action_dim)
         n = view.num_envs
+        recovery = None if memory is None else JointRecovery(n, view.action_dim, cmd.recovery_max_step,
+                                                             cmd.recovery_tolerance, cmd.recovery_max_steps)
         self.agent = InterventionAgent(_ExpertPerson(expert_actor), intervention_trigger(cmd, n, value_scale), n,
-                                       watch=False, latch=True)
+                                       watch=False, latch=True, recovery=recovery, memory=memory,
+                                       recoveries=cmd.recoveries)
         lags = list(value_model.cfg.state_lags)  # the joints' earlier readings, where the value model reads them
         self.lags = StateLags(lags, n) if lags else None
 
@@ -137,7 +156,13 @@ class InterveningActor:
             return proposal, proposal, self.agent.arbiter.actor
         if self.lags is not None:
             frames = {**frames, keys.OBS_STATE_LAGS: self.lags(frames[keys.OBS_STATE])}
-        target, actor = self.agent(frames, proposal, signal=self.value_model.value(frames).cpu())
+        if self.agent.recovery is None:
+            target, actor = self.agent(frames, proposal, signal=self.value_model.value(frames).cpu())
+            return target, proposal, actor
+        value, features = self.value_model.value_and_features(frames)
+        target, actor = self.agent(frames, proposal, signal=value.cpu(), features=features.cpu())
+        if bool(self.agent.handed_back.any()):  # the policy starts a fresh chunk where a recovery handed back
+            self.queue.reset(self.agent.handed_back.nonzero().flatten())
         return target, proposal, actor
 
     def reset(self, env_ids: torch.Tensor | None) -> None:
@@ -163,6 +188,32 @@ class _ExpertPerson:
         self.expert.reset(env_ids)
 
 
+@torch.no_grad()
+def recovery_memory(value_model: Any, data: Path, cmd: RecapCommand) -> Any:
+    """The memory of good states of ``data``: every ``cmd.recovery_every``-th frame where a person acted
+    (``intervention``), keyed by ``value_model``'s features, valued by it, its joints the goal."""
+    from robot_rl.algos.value_learning import value_frames
+    from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler
+    from robot_rl.hil import StateMemory
+
+    sampler = ChunkSampler(ChunkDatasetConfig(root=str(data), horizon=1, cameras=list(value_model.cfg.cameras),
+                                              augment=False, batch_size=1, extra_columns=[keys.INTERVENTION_COL],
+                                              progress=False))
+    took = sampler.columns()[keys.INTERVENTION_COL].reshape(-1).to(torch.bool)
+    rows = took.nonzero().flatten()[::cmd.recovery_every]
+    if len(rows) == 0:
+        raise ValueError(f"recovery=true: {data} has no intervention frames to remember")
+    value_model.eval()
+    feats, goals, values = [], [], []
+    for part in rows.split(256):
+        frame = value_frames(value_model, sampler, part)
+        v, f = value_model.value_and_features(frame)
+        feats.append(f.cpu())
+        values.append(v.cpu())
+        goals.append(frame[keys.OBS_STATE].float().cpu())
+    return StateMemory(torch.cat(feats), torch.cat(goals), torch.cat(values), cmd.recovery_k)
+
+
 def intervention_trigger(cmd: RecapCommand, num_envs: int, value_scale: int) -> Any:
     """The command's take-over trigger over ``num_envs`` envs (``intervene_trigger``)."""
     from robot_rl.hil import ValueStall, ValueThreshold
@@ -183,9 +234,11 @@ def _task_and_sim(cmd_raw: dict[str, Any]) -> tuple[str, Any, Any]:
 
 
 def collect_round(cmd: RecapCommand, task: str, task_cfg: Any, sim_cfg: Any, data: Path, episodes: int, seed: int,
-                  policy: Any = None, value_model: Any = None, quality: float = 1.0) -> dict[str, Any]:
+                  policy: Any = None, value_model: Any = None, quality: float = 1.0,
+                  memory_data: Path | None = None) -> dict[str, Any]:
     """Append ``episodes`` episodes to the dataset ``data``: the scripted expert at ``quality`` (no policy), or the
-    policy with the expert intervening. Returns counts and seconds."""
+    policy with the expert intervening (after a recovery with ``cmd.recovery``, to a state remembered from
+    ``memory_data``'s interventions, default ``data``). Returns counts and seconds."""
     from robot_rl.cli.collect import ExpertActor, record
     from robot_rl.data.recorder import DatasetSpec, EpisodeRecorder, RecorderConfig
     from sim.experts import make_expert
@@ -195,12 +248,14 @@ def collect_round(cmd: RecapCommand, task: str, task_cfg: Any, sim_cfg: Any, dat
 
     cameras, size = tuple(task_cfg.cameras), (int(task_cfg.image_height), int(task_cfg.image_width))
     start = time.perf_counter()
+    memory = (recovery_memory(value_model, memory_data or data, cmd)
+              if policy is not None and cmd.interventions and cmd.recovery else None)
     with make_env(task, sim_cfg, dataclasses.replace(task_cfg, cameras=[])) as env:
         view = LeRobotView(env, cameras=cameras, image_size=size)
         spec = DatasetSpec(round(1.0 / env.control_dt), tuple(LEROBOT_STATE_NAMES), {c: size for c in cameras})
         expert = ExpertActor(view, make_expert(env, quality=1.0 if policy is not None else quality, seed=seed))
         actor = expert if policy is None else InterveningActor(view, policy, expert, value_model, cmd,
-                                                                   int(task_cfg.episode_length))
+                                                                   int(task_cfg.episode_length), memory)
         recorder = EpisodeRecorder(RecorderConfig(root=str(data), append=data.exists()), spec, env.num_envs,
                                    env.max_episode_length)
         try:

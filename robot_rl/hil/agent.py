@@ -8,6 +8,12 @@ offline half (``robot_rl.buffers.interventions``).
     applied, actor = agent(obs, policy_action)          # before env.step
     env.step(applied, actor=actor)
     agent.end(terminated | truncated, success)          # episodes that ended start afresh
+
+With a recovery policy and a memory of good states (``robot_rl.hil.recovery``, ``robot_rl.hil.memory``), the
+trigger's first ``recoveries`` requests of an episode send the env back to the best-valued remembered state near
+it (the memory's key: ``features`` of the frame) before any person is called; a recovery that arrives (or runs
+out of steps) hands the env back to the policy with the trigger's history cleared (``handed_back``: drop the
+policy's queued actions there), and only a request after that calls the person.
 """
 
 from __future__ import annotations
@@ -16,7 +22,10 @@ from typing import Any, Protocol
 
 import torch
 
+from policies import keys
 from robot_rl.hil.arbiter import Arbiter
+from robot_rl.hil.memory import StateMemory
+from robot_rl.hil.recovery import JointRecovery
 from robot_rl.hil.triggers import ActionGap, Trigger, action_gap
 
 
@@ -47,13 +56,26 @@ class InterventionAgent:
         num_envs: N.
         watch: the person acts every step (a trigger that reads the gap needs it).
         latch: a take-over lasts until the env's episode ends (the recap loop's expert), however the trigger goes on.
+        recovery: drives an env to a remembered state (reads the frame's ``keys.OBS_STATE``, acts in its units);
+            needs ``memory``.
+        memory: the states a recovery may go to.
+        recoveries: recoveries per episode before a request calls the person.
     """
 
     def __init__(self, person: Person, trigger: Trigger, num_envs: int, watch: bool = True,
-                 latch: bool = False) -> None:
+                 latch: bool = False, recovery: JointRecovery | None = None, memory: StateMemory | None = None,
+                 recoveries: int = 1) -> None:
         if not watch and isinstance(trigger, ActionGap):
             raise ValueError("ActionGap reads the gap between the policy's and the person's actions: the person must "
                              "watch (act every step)")
+        if (recovery is None) != (memory is None):
+            raise ValueError("a recovery needs a memory of states to go to, and a memory a recovery to use it")
+        if recovery is not None and recoveries < 1:
+            raise ValueError(f"recoveries must be >= 1 per episode, got {recoveries}")
+        self.recovery, self.memory, self.recoveries = recovery, memory, int(recoveries)
+        self.recovered = torch.zeros(num_envs, dtype=torch.long)  # recoveries started in the env's episode
+        self.handed_back = torch.zeros(num_envs, dtype=torch.bool)  # a recovery gave the env back this step
+        self.recovery_count = 0  # recoveries started, over the run
         self.person, self.trigger, self.watch = person, trigger, watch
         self.arbiter = Arbiter(num_envs, latch=latch)
         self.gap = torch.zeros(num_envs)  # the last step's action gap per env (0 at an episode's start)
@@ -65,22 +87,57 @@ class InterventionAgent:
     def num_envs(self) -> int:
         return int(self.gap.shape[0])
 
-    def __call__(self, obs: dict[str, Any], policy_action: torch.Tensor, signal: torch.Tensor | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, obs: dict[str, Any], policy_action: torch.Tensor, signal: torch.Tensor | None = None,
+                 features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """This step's observations and the policy's actions [N, A] (and, for a person who does not watch, what the
-        trigger reads: ``signal``) -> (the actions to apply [N, A], who acts int64 [N] of ``keys.ACTOR_*``, for
-        ``env.step(..., actor=)``)."""
-        started, _ = self.arbiter.update(self.trigger(self.gap if self.watch else signal))
+        trigger reads: ``signal``; with a recovery, the memory's keys of this step's frames: ``features`` [N, F])
+        -> (the actions to apply [N, A], who acts int64 [N] of ``keys.ACTOR_*``, for ``env.step(..., actor=)``)."""
+        request = self.trigger(self.gap if self.watch else signal)
+        joints = None
+        if self.recovery is not None:
+            request, joints = self._recover(obs, request, features)
+        started, _ = self.arbiter.update(request)
         self.touched |= self.arbiter.taken
+        actor = self.arbiter.actor
+        applied = policy_action
+        if joints is not None and bool(self.recovery.active.any()):
+            rec = self.recovery.act(joints).to(policy_action.device, policy_action.dtype)
+            applied = torch.where((actor == keys.ACTOR_RECOVERY).to(applied.device)[:, None], rec, applied)
+        human = actor == keys.ACTOR_HUMAN
         if not self.watch:
-            if not bool(self.arbiter.taken.any()):
-                return policy_action, self.arbiter.actor
+            if not bool(human.any()):
+                return applied, actor
             if bool(started.any()):
                 self.person.reset(started.nonzero().flatten())
         person_action = self.person.act(obs).to(policy_action.device, policy_action.dtype)
         if self.watch:
             self.gap = action_gap(policy_action, person_action).cpu()
-        return self.arbiter.mix(policy_action, person_action), self.arbiter.actor
+        return torch.where(human.to(applied.device).view(-1, *([1] * (applied.dim() - 1))), person_action,
+                           applied), actor
+
+    def _recover(self, obs: dict[str, Any], request: torch.Tensor, features: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recoveries that arrived hand back; new requests in envs with recoveries left start one. Returns the
+        requests left for the person and this step's joints."""
+        joints = obs[keys.OBS_STATE]
+        request = request.to(torch.bool).cpu()
+        self.handed_back = self.recovery.done(joints)
+        if bool(self.handed_back.any()):
+            self.arbiter.release(self.handed_back)
+            self.trigger.reset(self.handed_back.nonzero().flatten())  # a new window before it may ask again
+            request = request & ~self.handed_back
+        new = request & ~self.arbiter.taken & (self.recovered < self.recoveries)
+        if bool(new.any()):
+            if features is None or features.shape[0] != self.num_envs:
+                raise ValueError(f"a recovery needs this step's features [{self.num_envs}, F] for the memory, got "
+                                 f"{None if features is None else list(features.shape)}")
+            goals, _, _ = self.memory.retrieve(features.cpu()[new])
+            self.recovery.start(new, goals)
+            self.arbiter.take(new, keys.ACTOR_RECOVERY)
+            self.recovered += new.long()
+            self.recovery_count += int(new.sum())
+            request = request & ~new
+        return request, joints
 
     def alone(self, done: torch.Tensor) -> torch.Tensor:
         """bool [N]: of the episodes ending (``done``), those the policy drove alone from start to end (call before
@@ -103,6 +160,9 @@ class InterventionAgent:
         self.arbiter.reset(ids)
         self.gap[ids] = 0.0
         self.touched[ids] = False
+        self.recovered[ids] = 0
+        if self.recovery is not None:
+            self.recovery.reset(ids)
 
     def restart(self) -> None:
         """Every env afresh, as after a resume: the person's plan is not checkpointed (a person does not resume
@@ -112,18 +172,29 @@ class InterventionAgent:
         self.arbiter.reset(None)
         self.gap.zero_()
         self.touched.zero_()
+        self.recovered.zero_()
+        if self.recovery is not None:
+            self.recovery.reset(None)
 
     def report(self) -> dict[str, float]:
-        """Over the run: take-overs, the share of steps the person drove, steps by actor, take-overs per success."""
-        return {f"hil/{k}": v for k, v in self.arbiter.report(self.successes).items()}
+        """Over the run: take-overs (recoveries included), the share of steps not the policy's, steps by actor,
+        take-overs per success; with a recovery, recoveries and the person's take-overs apart."""
+        out = {f"hil/{k}": v for k, v in self.arbiter.report(self.successes).items()}
+        if self.recovery is not None:
+            person = self.arbiter.takeovers - self.recovery_count
+            out.update({"hil/recoveries": float(self.recovery_count), "hil/person_takeovers": float(person),
+                        "hil/person_takeovers_per_success": person / self.successes if self.successes
+                        else float("nan")})
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         """The run's counts (take-overs, steps by actor, episodes, successes): a resumed run's report continues."""
         return {"takeovers": self.arbiter.takeovers, "steps": self.arbiter.steps.clone(),
-                "episodes": self.episodes, "successes": self.successes}
+                "episodes": self.episodes, "successes": self.successes, "recoveries": self.recovery_count}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.arbiter.takeovers = int(sd["takeovers"])
         self.arbiter.steps = torch.as_tensor(sd["steps"], dtype=torch.long).clone()
         self.episodes, self.successes = int(sd["episodes"]), int(sd["successes"])
+        self.recovery_count = int(sd.get("recoveries", 0))  # absent from checkpoints written before recoveries
         self.restart()

@@ -34,24 +34,40 @@ class Arbiter:
             raise ValueError(f"taker must be keys.ACTOR_HUMAN or keys.ACTOR_RECOVERY, got {taker}")
         self.latch, self.taker = latch, taker
         self.taken = torch.zeros(num_envs, dtype=torch.bool)  # control is not the policy's now
+        self.who = torch.full((num_envs,), taker, dtype=torch.long)  # who holds it where taken
         self.takeovers = 0  # take-overs started, over all envs
         self.steps = torch.zeros(len(keys.ACTOR_NAMES), dtype=torch.long)  # env steps by actor
 
     @property
     def actor(self) -> torch.Tensor:
         """int64 [N] of ``keys.ACTOR_*``: who acts this step (for ``env.step(..., actor=)``)."""
-        return torch.where(self.taken, self.taker, keys.ACTOR_POLICY)
+        return torch.where(self.taken, self.who, keys.ACTOR_POLICY)
 
     def update(self, request: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """This step's requests bool [N] -> (started, released) bool [N]: the envs whose control changed hands now.
         Counts the step for each env's actor after the change."""
         request = request.to(torch.bool).cpu()
         before = self.taken
-        self.taken = before | request if self.latch else request.clone()
-        started, released = self.taken & ~before, before & ~self.taken
+        taken = before | request if self.latch else request | (before & (self.who != self.taker))
+        started, released = taken & ~before, before & ~taken
+        self.who = torch.where(started, self.taker, self.who)
+        self.taken = taken
         self.takeovers += int(started.sum())
         self.steps += torch.bincount(self.actor, minlength=len(keys.ACTOR_NAMES))
         return started, released
+
+    def take(self, envs: torch.Tensor, actor: int) -> None:
+        """Hand envs ``envs`` (bool [N]) the policy holds to ``actor`` (a recovery policy), before this step's
+        ``update``: they stay its until ``release`` or the episode's end, whatever the requests (a request there does
+        not start the taker's turn). Counted as take-overs."""
+        envs = envs.to(torch.bool).cpu() & ~self.taken
+        self.taken = self.taken | envs
+        self.who = torch.where(envs, actor, self.who)
+        self.takeovers += int(envs.sum())
+
+    def release(self, envs: torch.Tensor) -> None:
+        """Give envs ``envs`` (bool [N]) back to the policy now, from the next ``update`` on."""
+        self.taken = self.taken & ~envs.to(torch.bool).cpu()
 
     def mix(self, policy_action: torch.Tensor, other_action: torch.Tensor) -> torch.Tensor:
         """[N, ...]: ``other_action``'s rows where control is taken, ``policy_action``'s elsewhere."""

@@ -176,6 +176,17 @@ class ValueModel(nn.Module):
 
     def forward(self, frame: Mapping[str, Any]) -> torch.Tensor:
         """logits [B, K] of a frame (``observation.state``, the config's cameras, ``task``)."""
+        return self.head(self._inputs(frame))
+
+    @torch.no_grad()
+    def value_and_features(self, frame: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """V(o) [B] and the head's last hidden layer [B, hidden_dim]: what the model sees of the frame, the key of
+        the intervention agent's memory of states (``robot_rl.hil.memory``)."""
+        feats = self.head[:-1](self._inputs(frame))
+        return expected_value(self.head[-1](feats), self.centers), feats
+
+    def _inputs(self, frame: Mapping[str, Any]) -> torch.Tensor:
+        """The head's input [B, D]: image features, instruction, normalised joints (and their earlier readings)."""
         state = frame[keys.OBS_STATE].to(self.device).float()
         if state.dim() != 2 or state.shape[1] != self.cfg.state_dim:
             raise ValueError(f"{keys.OBS_STATE} has shape {list(state.shape)}, the value model reads "
@@ -206,7 +217,7 @@ class ValueModel(nn.Module):
                 raise ValueError(f"{keys.OBS_STATE_LAGS} has shape {list(past.shape)}, the value model reads "
                                  f"[B, {lags}, {self.cfg.state_dim}] (B = {b})")
             parts.append(((past - self.state_mean) / self.state_std).flatten(1))
-        return self.head(torch.cat([*feats, task, *parts], dim=-1))
+        return torch.cat([*feats, task, *parts], dim=-1)
 
     def target_distribution(self, target: torch.Tensor) -> torch.Tensor:
         """[B, K] target distribution of scalar targets [B] (the config's loss)."""
