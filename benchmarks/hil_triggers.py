@@ -58,6 +58,7 @@ TRIGGERS: dict[str, list[str]] = {
     "stall_w20_p0.25_c-0.3": ["intervene_trigger=stall", "intervene_window=20", "intervene_min_progress=0.25",
                               "intervene_ceiling=-0.3"],
     "threshold+recovery": ["intervene_trigger=threshold", "recovery=true"],
+    "threshold+recovery_k64": ["intervene_trigger=threshold", "recovery=true", "recovery_k=64"],
     "stall_w20_p0.25+recovery": ["intervene_trigger=stall", "intervene_window=20", "intervene_min_progress=0.25",
                                  "recovery=true"],
     # every request a recovery, nobody called in
@@ -159,13 +160,16 @@ def plot(data: dict[str, Any], path: Path) -> None:
             if x is None:
                 continue
             marker = "s" if name.startswith("stall") else "o" if name.startswith("threshold") else "x"
-            ax.scatter(x, r["success_rate"], marker=marker, color=f"C{i}", s=50, label=name)
+            hollow = "recovery" in name and marker != "x"  # a recovery before the person
+            ax.scatter(x, r["success_rate"], marker=marker, s=50, label=name, color=f"C{i}",
+                       **({"facecolors": "none", "linewidths": 1.5} if hollow else {}))
         ax.set_xlabel(label)
         ax.set_ylabel("collection success rate")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, loc="lower right")
     fig.suptitle(f"take-over triggers: {data['settings']['episodes']} so101_lift episodes each, same seeds; a RECAP "
-                 "policy collects, its value model watches, the scripted expert takes over (o threshold, s stall)",
+                 "policy collects, its value model watches, the scripted expert takes over\n(o threshold, s stall; "
+                 "hollow: a recovery first)",
                  fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
