@@ -212,3 +212,15 @@ def test_state_lags_are_read_normalised_beside_the_state():
     for bad in ([0], [3, -1], [2, 2]):
         with pytest.raises(ValueError, match="state_lags must be distinct frames back"):
             ValueConfig(state_lags=bad)
+
+
+def test_value_and_features_give_the_value_and_the_heads_last_hidden_layer():
+    """The recovery memory's key: the head's last hidden layer, from which the value follows (the same numbers as
+    ``value``)."""
+    model = _tiny().eval()
+    frames = _frames(6)
+    v, feats = model.value_and_features(frames)
+    assert torch.equal(v, model.value(frames))
+    assert feats.shape == (6, model.cfg.hidden_dim)
+    with torch.no_grad():
+        assert torch.equal(model.head[-1](feats), model(frames))
