@@ -17,11 +17,12 @@ finds the two differ and refuses to connect, naming the ``lerobot-calibrate`` co
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 from pathlib import Path
 from typing import Any
+
+from robot_rl.checkpoint import write_atomic
 
 _TMP_SUFFIX = ".tmp"
 
@@ -63,23 +64,7 @@ def save_calibration(calibration: Any, path: str | Path) -> None:
     text = calibration_json(calibration)  # serialise first: a bad value raises before anything is touched
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(path)
-    tmp = _tmp_name(path, os.getpid())
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    # the rename itself reaches the disk with the folder's entry
-    with contextlib.suppress(OSError):
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    write_atomic(path, text.encode(), _tmp_name(path, os.getpid()))
 
 
 def _save_method(self: Any, fpath: Path | None = None) -> None:

@@ -201,6 +201,21 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def write_atomic(path: Path, data: bytes, tmp: Path) -> None:
+    """Write ``path`` as a whole or not at all: ``data`` into ``tmp`` (beside it), fsync, ``os.replace``, fsync the
+    folder. A kill at any instant leaves the old file or the new one (and, at worst, ``tmp``)."""
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

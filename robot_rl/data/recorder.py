@@ -58,7 +58,7 @@ import torch
 from omegaconf import MISSING
 
 from policies import keys
-from robot_rl.checkpoint import OutputWriteError
+from robot_rl.checkpoint import OutputWriteError, write_atomic
 from robot_rl.checkpoint import fsync_path as _fsync
 from robot_rl.data.timing import EpisodeTiming, episode_timing
 
@@ -156,18 +156,8 @@ class WrittenEpisode:
 
 # ------------------------------------------------------------------------------------------------ files
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``path`` as a whole or not at all: tmp file beside it, fsync, ``os.replace``, fsync the folder."""
-    tmp = path.parent / f"{_TMP}{path.name}-{uuid.uuid4().hex}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync(path.parent)
+    """Write ``path`` as a whole or not at all (``robot_rl.checkpoint.write_atomic``, a uniquely named temporary)."""
+    write_atomic(path, data, path.parent / f"{_TMP}{path.name}-{uuid.uuid4().hex}")
 
 
 def _json_bytes(obj: Any) -> bytes:
