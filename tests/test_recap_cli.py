@@ -567,3 +567,11 @@ def test_the_loop_recovers_before_calling_the_expert(tmp_path, capsys):
         assert keys.ACTOR_HUMAN in who[rec[-1]:] and who[-1] == keys.ACTOR_HUMAN
     moves = (cols[keys.ACTION_COL] - cols[keys.OBS_STATE])[actor == keys.ACTOR_RECOVERY]
     assert np.abs(moves).max() <= 2.0 + 1e-4
+    # the next round's memory: the person's frames (the expert's demos and take-overs), never a recovery's
+    from robot_rl.algos.value_learning import load_value_model
+    from robot_rl.cli.recap import RecapCommand, recovery_memory
+
+    every = read_frames(meta, np.arange(4), [keys.ACTOR_COL]).columns[keys.ACTOR_COL].reshape(-1)
+    value, _ = load_value_model(run / "round_001" / "train" / "value")
+    memory = recovery_memory(value, run / "data", RecapCommand(recovery=True, recovery_every=1))
+    assert len(memory) == int((every == keys.ACTOR_HUMAN).sum()) < int((every != keys.ACTOR_POLICY).sum())

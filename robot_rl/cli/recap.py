@@ -190,16 +190,19 @@ class _ExpertPerson:
 
 @torch.no_grad()
 def recovery_memory(value_model: Any, data: Path, cmd: RecapCommand) -> Any:
-    """The memory of good states of ``data``: every ``cmd.recovery_every``-th frame where a person acted
-    (``intervention``), keyed by ``value_model``'s features, valued by it, its joints the goal."""
+    """The memory of good states of ``data``: every ``cmd.recovery_every``-th frame where a person acted (``actor``
+    human; ``intervention`` where the dataset has no actor column), keyed by ``value_model``'s features, valued by it,
+    its joints the goal. A recovery's own frames are not remembered."""
     from robot_rl.algos.value_learning import value_frames
+    from robot_rl.data.lerobot_format import read_meta
     from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler
     from robot_rl.hil import StateMemory
 
+    who = keys.ACTOR_COL if keys.ACTOR_COL in read_meta(data).features else keys.INTERVENTION_COL
     sampler = ChunkSampler(ChunkDatasetConfig(root=str(data), horizon=1, cameras=list(value_model.cfg.cameras),
-                                              augment=False, batch_size=1, extra_columns=[keys.INTERVENTION_COL],
-                                              progress=False))
-    took = sampler.columns()[keys.INTERVENTION_COL].reshape(-1).to(torch.bool)
+                                              augment=False, batch_size=1, extra_columns=[who], progress=False))
+    col = sampler.columns()[who].reshape(-1)
+    took = col == keys.ACTOR_HUMAN if who == keys.ACTOR_COL else col.to(torch.bool)
     rows = took.nonzero().flatten()[::cmd.recovery_every]
     if len(rows) == 0:
         raise ValueError(f"recovery=true: {data} has no intervention frames to remember")
