@@ -214,7 +214,10 @@ def recovery_memory(value_model: Any, data: Path, cmd: RecapCommand) -> Any:
         feats.append(f.cpu())
         values.append(v.cpu())
         goals.append(frame[keys.OBS_STATE].float().cpu())
-    return StateMemory(torch.cat(feats), torch.cat(goals), torch.cat(values), cmd.recovery_k)
+    memory = StateMemory(torch.cat(feats), torch.cat(goals), torch.cat(values), cmd.recovery_k)
+    print(f"recovery memory: {len(memory)} states (1 in {cmd.recovery_every} of the {int(took.sum())} frames a person "
+          f"drove in {data})", file=sys.stderr)
+    return memory
 
 
 def intervention_trigger(cmd: RecapCommand, num_envs: int, value_scale: int) -> Any:
