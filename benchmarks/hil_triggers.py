@@ -16,7 +16,7 @@ Recovery before the person (``robot-rl recap recovery=true``; the memory: the ru
 frames, keyed by its value model): the ``+recovery`` arms send an episode's first request to a joint-space recovery
 and only a later one to the person; ``recovery_only`` never calls the person. Their record goes to its own file:
 
-    python benchmarks/hil_triggers.py --run /tmp/rcv/work/recap_balanced_s0 --work /tmp/rcv/collect --episodes 200 \
+    python benchmarks/hil_triggers.py --run /tmp/hil/recap/recap_balanced_s0 --work /tmp/hil/collect --episodes 200 \
         --triggers policy_alone,threshold,threshold+recovery,stall_w20_p0.25,stall_w20_p0.25+recovery,recovery_only \
         --name hil_recovery
 
@@ -123,6 +123,7 @@ def episode_table(data: Path) -> dict[str, Any]:
                      "recoveries": int(((r[1:] - r[:-1]) == 1).sum() + r[0]), "recovery_frames": int(r.sum())})
     n = len(rows)
     taken = [r for r in rows if r["takeover_step"] is not None]
+    recovered = [r for r in rows if r["recoveries"]]
     left = [r for r in rows if r["takeover_step"] is None]
     successes = sum(r["success"] for r in rows)
     return {
@@ -136,11 +137,11 @@ def episode_table(data: Path) -> dict[str, Any]:
         "missed_failures": sum(not r["success"] for r in left),
         "median_takeover_step": float(np.median([r["takeover_step"] for r in taken])) if taken else None,
         "recoveries": sum(r["recoveries"] for r in rows),
-        "recovered_episodes": sum(r["recoveries"] > 0 for r in rows),
+        "recovered_episodes": len(recovered),
         "recovery_frame_share": float(rec.mean()),
         # of the episodes with a recovery, those won with no person called in
-        "recovered_success_alone_rate": (sum(r["success"] and r["takeover_step"] is None for r in rows
-                                             if r["recoveries"]) / max(sum(r["recoveries"] > 0 for r in rows), 1)),
+        "recovered_success_alone_rate": (sum(r["success"] and r["takeover_step"] is None for r in recovered)
+                                         / max(len(recovered), 1)),
         "per_episode": rows,
     }
 

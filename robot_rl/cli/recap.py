@@ -156,11 +156,13 @@ class InterveningActor:
             return proposal, proposal, self.agent.arbiter.actor
         if self.lags is not None:
             frames = {**frames, keys.OBS_STATE_LAGS: self.lags(frames[keys.OBS_STATE])}
+        features = None
         if self.agent.recovery is None:
-            target, actor = self.agent(frames, proposal, signal=self.value_model.value(frames).cpu())
-            return target, proposal, actor
-        value, features = self.value_model.value_and_features(frames)
-        target, actor = self.agent(frames, proposal, signal=value.cpu(), features=features.cpu())
+            value = self.value_model.value(frames)
+        else:  # the same value, and the memory's key beside it
+            value, features = self.value_model.value_and_features(frames)
+            features = features.cpu()
+        target, actor = self.agent(frames, proposal, signal=value.cpu(), features=features)
         if bool(self.agent.handed_back.any()):  # the policy starts a fresh chunk where a recovery handed back
             self.queue.reset(self.agent.handed_back.nonzero().flatten())
         return target, proposal, actor
