@@ -211,7 +211,7 @@ def plot_learning_curve(points: list[dict[str, float]], path: str | Path, title:
             ax.set_xlabel(xlabel)
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
-    return _save_figure(fig, path, title, plt)
+    return save_figure(fig, path, title, plt)
 
 
 def _plot_offline_curve(points: list[dict[str, float]], path: str | Path, title: str, plt: Any) -> Path | None:
@@ -228,10 +228,10 @@ def _plot_offline_curve(points: list[dict[str, float]], path: str | Path, title:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("training loss")
     axes[0].legend()
-    return _save_figure(fig, path, title, plt)
+    return save_figure(fig, path, title, plt)
 
 
-def _save_figure(fig: Any, path: str | Path, title: str, plt: Any) -> Path | None:
+def save_figure(fig: Any, path: str | Path, title: str, plt: Any) -> Path | None:
     """Title, lay out and write a learning-curve figure; a write error is a warning (and None), never a failure."""
     if title:
         fig.suptitle(title)

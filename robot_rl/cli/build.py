@@ -38,6 +38,7 @@ from robot_rl.cli.config import (
     DemoDatasetSettings,
     EvalSettings,
     HilSettings,
+    RewardSettings,
     TrainSettings,
     changed_settings,
     resolve_device,
@@ -239,6 +240,32 @@ def build_demo_buffer(settings: DemoDatasetSettings, algo_name: str, env: VecEnv
 
 
 # --------------------------------------------------------------------------------------------------- envs
+def build_shaping(settings: RewardSettings, env: VecEnv, algo: Algorithm, demo: Any = None) -> VecEnv:
+    """``env`` with dense rewards (``reward.progress``: ``robot_rl.rewards.ShapedEnv`` over a progress model, at the
+    learner's discount), or ``env`` itself; refuses a model that reads another observation than the env's."""
+    if settings.progress is None:
+        return env
+    from robot_rl.rewards import ShapedEnv
+    from robot_rl.rewards.progress import load_progress
+
+    if demo is not None:
+        raise ValueError("reward.progress with demo_dataset.root: the demos' rewards are not shaped, so the two would "
+                         "teach different returns; use one of them")
+    model = load_progress(settings.progress, env.device)
+    size = env.obs_spec.shapes.get(keys.POLICY)
+    if size is None or tuple(size) != (model.obs_dim,):
+        raise ValueError(f"the progress model at {settings.progress} reads {model.obs_dim} values of the env's "
+                         f"{keys.POLICY!r} observation, this env gives {None if size is None else list(size)}: train it "
+                         f"on this task's demos (`robot-rl collect task=<task> env_state=true`)")
+    several = len(model.tasks) > 1
+    if several:
+        model.task_index(list(env.instructions))  # an instruction it never saw: refused now, naming it
+    gamma = getattr(algo.cfg, "gamma", None)
+    if gamma is None:
+        raise ValueError(f"reward.progress shapes at the learner's discount, and {type(algo).__name__} has none")
+    return ShapedEnv(env, model.potential, gamma=float(gamma), scale=settings.scale, reads_instructions=several)
+
+
 def build_env(task_raw: dict[str, Any], sim_raw: dict[str, Any]) -> VecEnv:
     """The env of a composed ``task`` and ``sim`` config (plain dicts; ``task.name`` picks the task)."""
     from sim.registry import config_from_dict, make_env, sim_config_from_dict
@@ -315,6 +342,7 @@ def build_training(cfg: Any) -> Training:
     log_s = typed(LoggerConfig, raw.pop("logger"), "logger")
     demo_s = typed(DemoDatasetSettings, raw.pop("demo_dataset"), "demo_dataset")
     hil_s = typed(HilSettings, raw.pop("hil"), "hil")
+    reward_s = typed(RewardSettings, raw.pop("reward"), "reward")
     s = typed(TrainSettings, raw, "")
     device = resolve_device(s.device)
     task_name, algo_name = task_raw.pop("name"), algo_raw.pop("name")
@@ -342,6 +370,7 @@ def build_training(cfg: Any) -> Training:
               f"{algo.obs_groups}); drop task.cameras to train without the rendering cost", file=sys.stderr)
     demo = build_demo_buffer(demo_s, algo_name, env, algo, task_cfg, device)  # before any write: a bad one fails here
     hil = build_hil(hil_s, algo_name, env, s.seed)
+    env = build_shaping(reward_s, env, algo, demo)
     meta = {"task": task_name, "algo": algo_name, "obs_spec": env.obs_spec.to_json(), "action_dim": env.action_dim,
             "task_config": dataclasses.asdict(task_cfg), "config": full}
     if ckpt is not None:  # another task or algorithm first, then what else cannot continue (nothing written yet)

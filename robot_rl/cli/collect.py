@@ -244,6 +244,14 @@ def env_state_columns(env: Any) -> dict[str, str]:
     return groups
 
 
+def feature_names(spec: Any, group: str) -> tuple[str, ...] | None:
+    """"<part>.<i>" for each value of a flat observation group, from its named parts (None where they do not cover
+    it): the names of the env-state columns (``robot_rl.rewards.progress`` leaves out parts by them)."""
+    parts = sorted(spec.parts.get(group, {}).items(), key=lambda kv: kv[1][0])
+    names = [f"{name}.{i}" for name, (start, stop) in parts for i in range(stop - start)]
+    return tuple(names) if len(names) == spec.shapes[group][0] else None
+
+
 def record(view: Any, actor: Any, recorder: Any, episodes: int, seed: int, bar: Any = None,
            env_state: dict[str, str] | None = None) -> dict[str, float]:
     """Step ``view`` with ``actor``'s targets until ``recorder`` has written ``episodes`` episodes, env i recording
@@ -329,7 +337,9 @@ def collect(cfg: Any) -> Collected:
         env_state = env_state_columns(env) if c.env_state else None
         vectors = {} if env_state is None else {
             **{col: env.obs_spec.shapes[g][0] for col, g in env_state.items()}, keys.ENV_ACTION_COL: env.action_dim}
-        spec = DatasetSpec(fps, tuple(LEROBOT_STATE_NAMES), {cam: size for cam in cameras}, vectors=vectors)
+        names = {} if env_state is None else {col: feature_names(env.obs_spec, g) for col, g in env_state.items()}
+        spec = DatasetSpec(fps, tuple(LEROBOT_STATE_NAMES), {cam: size for cam in cameras}, vectors=vectors,
+                           vector_names={k: v for k, v in names.items() if v is not None})
         if policy is None:
             expert = make_expert(env, quality=c.quality, seed=c.seed, grasp_recovery=c.grasp_recovery)
             actor = ExpertActor(view, expert, c.disturbance, c.disturbance_steps, c.seed, c.disturbance_during)

@@ -64,6 +64,21 @@ class DemoDatasetSettings:
 
 
 @dataclass
+class RewardSettings:
+    """``reward.*`` of ``robot-rl train``: dense rewards by potential-based shaping (``robot_rl.rewards``): each step's
+    reward gets ``scale`` x (γ Φ(o') − Φ(o)), Φ a progress model trained with ``robot-rl progress`` on demos of the
+    task (``progress``: its folder). It leaves the optimal policy unchanged (Ng et al. 1999) and tells the learner at
+    every step whether it got closer; the success rate and the return reported stay the task's own."""
+
+    progress: str | None = None  # a progress model folder (robot-rl progress run_dir=...); None: no shaping
+    scale: float = 10.0  # λ: reward units per unit of progress (so101_reach's success pays 10, so101_lift's 20)
+
+    def __post_init__(self) -> None:
+        if not self.scale > 0:
+            raise ValueError(f"reward.scale must be > 0, got {self.scale}")
+
+
+@dataclass
 class HilSettings:
     """``hil.*`` of ``robot-rl train``: a person watching the training may take over (HIL-SERL). In simulation the
     task's scripted expert plays them (``hil.person=expert``), and ``hil.judge`` says when they step in:

@@ -30,6 +30,7 @@ commands:
                             [teleop=so101_leader takeover=keyboard]
   record  teleoperated demos: robot-rl record robot=so101|so101_sim teleop=so101_leader|so101_sim_leader
                             dataset.root=DIR episodes=N
+  progress progress model (dense rewards): robot-rl progress dataset.root=DIR [run_dir=DIR] [steps=N]
   recap   improvement loop: robot-rl recap task=so101_lift rounds=K [run_dir=DIR] [episodes_per_round=N] [steps=N]
 
 Options are Hydra overrides of the YAML files in {config_dir}.
@@ -237,8 +238,15 @@ def record(cfg: Any) -> Any:
     return run_record(cfg)
 
 
+def progress(cfg: Any) -> Any:
+    """``robot-rl progress``: a progress model for dense rewards from a dataset (robot_rl/cli/progress.py)."""
+    from robot_rl.cli.progress import progress as run_progress
+
+    return run_progress(cfg)
+
+
 COMMANDS = {"train": train, "eval": evaluate_checkpoint, "collect": collect, "offline": offline, "recap": recap,
-            "deploy": deploy, "record": record}
+            "deploy": deploy, "record": record, "progress": progress}
 
 
 def _usable_choice(cmd: str) -> Any:

@@ -19,6 +19,7 @@ from robot_rl.cli.config import (
     EvalCommand,
     EvalSettings,
     HilSettings,
+    RewardSettings,
     TrainSettings,
 )
 from robot_rl.logging import LoggerConfig
@@ -26,7 +27,7 @@ from robot_rl.logging import LoggerConfig
 
 @dataclass
 class TrainSchema(TrainSettings):
-    """configs/train.yaml: the run's settings, the checkpoint / evaluation / logger / demo_dataset / hil sections,
+    """configs/train.yaml: the run's settings, the checkpoint / evaluation / logger / demo_dataset / hil / reward sections,
     and the three groups chosen by name (``task=``, ``sim=``, ``algo=``)."""
 
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
@@ -34,6 +35,7 @@ class TrainSchema(TrainSettings):
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     demo_dataset: DemoDatasetSettings = field(default_factory=DemoDatasetSettings)
     hil: HilSettings = field(default_factory=HilSettings)
+    reward: RewardSettings = field(default_factory=RewardSettings)
     task: Any = None
     sim: Any = None
     algo: Any = None
@@ -68,6 +70,9 @@ def register_configs() -> None:
     from robot_rl.cli.recap import RecapCommand
     from robot_rl.cli.record import RecordCommand
 
+    from robot_rl.cli.progress import ProgressCommand
+
+    cs.store(name="progress_schema", node=ProgressCommand)
     cs.store(name="recap_schema", node=RecapCommand)
     cs.store(name="deploy_schema", node=DeployCommand)
     cs.store(name="record_schema", node=RecordCommand)

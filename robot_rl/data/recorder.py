@@ -109,6 +109,7 @@ class DatasetSpec:
         robot_type: LeRobot's robot type.
         vectors: extra float32 columns -> their size, handed to ``add`` as ``extras`` every step (the env's own
             state and action for state-based learners, ``keys.ENV_STATE_COL`` ...; none by default).
+        vector_names: names of the features of a column of ``vectors`` (LeRobot's ``names``; None where absent).
         capture_time: frames carry ``keys.CAPTURE_TIME_COL`` (measured read times: a real robot's loop), recorded as
             a column and checked per episode (``robot_rl.data.timing``).
     """
@@ -119,6 +120,7 @@ class DatasetSpec:
     robot_type: str = "so101_follower"
     vectors: dict[str, int] = field(default_factory=dict)
     capture_time: bool = False
+    vector_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def features(self) -> dict[str, dict[str, Any]]:
         """LeRobot's feature dict (dtype, shape, names of every column but LeRobot's own indices)."""
@@ -138,7 +140,10 @@ class DatasetSpec:
         if self.capture_time:
             out[keys.CAPTURE_TIME_COL] = {"dtype": "float32", **scalar}
         for name, size in self.vectors.items():
-            out[name] = {"dtype": "float32", "shape": (int(size),), "names": None}
+            names = self.vector_names.get(name)
+            if names is not None and len(names) != int(size):
+                raise ValueError(f"vector_names[{name!r}] names {len(names)} features of {size}")
+            out[name] = {"dtype": "float32", "shape": (int(size),), "names": list(names) if names else None}
         return out
 
 
@@ -417,6 +422,10 @@ class EpisodeRecorder:
             log.warning("%s was recorded without %s: the episodes appended now are written without it, and their "
                         "timing is not checked", self.root, keys.CAPTURE_TIME_COL)
             self.spec = replace(self.spec, capture_time=False)
+        unnamed = [c for c in self.spec.vector_names if c in have and not have[c].get("names")]
+        if unnamed:  # recorded before vector columns were named: appended episodes keep that schema
+            self.spec = replace(self.spec, vector_names={k: v for k, v in self.spec.vector_names.items()
+                                                          if k not in unnamed})
         want = self.spec.features()
         problems = [f"fps {info['fps']} (recording at {self.spec.fps})"] if info["fps"] != self.spec.fps else []
         if info.get("robot_type") != self.spec.robot_type:

@@ -20,7 +20,7 @@ import torch
 from policies import keys
 from robot_rl.env import Obs, VecEnv, episode_mask
 
-Potential = Callable[[Obs], torch.Tensor]  # observations (every group, [N, ...]) -> Φ float [N]
+Potential = Callable[..., torch.Tensor]  # observations (every group, [N, ...]) [, instructions N] -> Φ float [N]
 
 
 def shaping_term(phi: torch.Tensor, next_phi: torch.Tensor, terminated: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -38,12 +38,17 @@ class ShapedEnv(VecEnv):
         potential: Φ, evaluated without gradients on every observation the learner sees.
         gamma: the learner's discount (shaping preserves optimal policies for this γ).
         scale: λ, the weight of the shaping term (reward units per unit of Φ).
+        reads_instructions: call ``potential(obs, instructions)`` with each env's episode instruction (N strings):
+            a progress model trained on several. An episode's last observation is scored with its own instruction,
+            not with the one of the episode an auto-reset starts in its place.
     """
 
-    def __init__(self, env: VecEnv, potential: Potential, gamma: float, scale: float = 1.0) -> None:
+    def __init__(self, env: VecEnv, potential: Potential, gamma: float, scale: float = 1.0,
+                 reads_instructions: bool = False) -> None:
         if not 0.0 < gamma <= 1.0:
             raise ValueError(f"shaping gamma must be in (0, 1], got {gamma}")
         self.env, self.potential, self.gamma, self.scale = env, potential, float(gamma), float(scale)
+        self.reads_instructions = reads_instructions
         self.num_envs, self.device, self.obs_spec = env.num_envs, env.device, env.obs_spec
         self.action_dim, self.max_episode_length, self.control_dt = env.action_dim, env.max_episode_length, env.control_dt
         self.autoreset, self.resumable = env.autoreset, env.resumable
@@ -53,9 +58,13 @@ class ShapedEnv(VecEnv):
     def instructions(self) -> list[str]:  # type: ignore[override]
         return self.env.instructions
 
-    def _phi(self, obs: Obs) -> torch.Tensor:
+    def _phi(self, obs: Obs, instructions: list[str] | None = None) -> torch.Tensor:
         with torch.no_grad():
-            phi = self.potential(obs).to(self.device, torch.float32).reshape(-1)
+            if self.reads_instructions:
+                phi = self.potential(obs, list(self.env.instructions) if instructions is None else instructions)
+            else:
+                phi = self.potential(obs)
+            phi = phi.to(self.device, torch.float32).reshape(-1)
         if phi.shape != (self.num_envs,):
             raise ValueError(f"the potential must give one value per env [{self.num_envs}], got {list(phi.shape)}")
         return phi
@@ -71,9 +80,10 @@ class ShapedEnv(VecEnv):
 
     def step(self, action: torch.Tensor, actor: int | torch.Tensor | None = None
              ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        before = list(self.env.instructions) if self.reads_instructions else None  # the finishing episodes'
         obs, reward, terminated, truncated, info = self.env.step(action, actor)
         last = info.get(keys.FINAL_OBS, obs)  # the observation each action led to
-        next_phi = self._phi(last)
+        next_phi = self._phi(last, before)
         term = shaping_term(self.phi, next_phi, terminated.to(self.device), self.gamma) * self.scale
         done = episode_mask(terminated, truncated).to(self.device)
         if self.autoreset and bool(done.any()):  # reset rows now hold a new episode's first observation
