@@ -235,3 +235,23 @@ def test_appending_to_a_dataset_recorded_before_features_were_named(lift_data, t
         fit_progress(old, ProgressConfig(steps=10))
     model, _ = fit_progress(old, ProgressConfig(steps=10, exclude_parts=[]))
     assert model.keep == list(range(data.state.shape[1]))
+
+
+def test_a_nan_state_is_refused_naming_its_episode_and_frame(lift_data, tmp_path):
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bad = tmp_path / "bad"
+    shutil.copytree(lift_data, bad)
+    path = sorted((bad / "data").rglob("*.parquet"))[0]
+    table = pq.read_table(path)
+    col = table.column(keys.ENV_STATE_COL).to_pylist()
+    col[7][3] = float("nan")
+    i = table.schema.get_field_index(keys.ENV_STATE_COL)
+    table = table.set_column(i, table.schema.field(i), pa.array(col, type=table.schema.field(i).type))
+    pq.write_table(table, path)
+    ep, frame = table.column("episode_index")[7].as_py(), table.column("frame_index")[7].as_py()
+    with pytest.raises(DatasetError, match=f"episode {ep} .*'{keys.ENV_STATE_COL}' is NaN .* at frame {frame}"):
+        read_progress_data(bad)

@@ -87,7 +87,7 @@ def progress(cfg: Any) -> Path:
     from robot_rl.data.lerobot_format import DatasetError
 
     try:
-        model, report = fit_progress(root, model_cfg, resolve_device(c.device), tick)
+        model, report = fit_progress(root, model_cfg, resolve_device(c.device), tick, c.dataset.timing_check)
     except DatasetError as e:
         raise ValueError(str(e)) from None
     finally:

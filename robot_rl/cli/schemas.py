@@ -67,10 +67,9 @@ def register_configs() -> None:
     for name, node in offline_algo_schemas().items():  # configs/algo/bc.yaml: the offline learners
         cs.store(group="algo", name=f"{name}_schema", node=node)
     from robot_rl.cli.deploy import DeployCommand
+    from robot_rl.cli.progress import ProgressCommand
     from robot_rl.cli.recap import RecapCommand
     from robot_rl.cli.record import RecordCommand
-
-    from robot_rl.cli.progress import ProgressCommand
 
     cs.store(name="progress_schema", node=ProgressCommand)
     cs.store(name="recap_schema", node=RecapCommand)

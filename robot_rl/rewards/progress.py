@@ -226,7 +226,7 @@ def read_progress_data(root: str | Path, failure_label: float | None = 0.0, timi
 
     Raises:
         DatasetError: no ``observation.environment_state`` or ``next.success`` column (naming it and how to record
-            it), no successful episode, NaN states, or any malformed file.
+            it), no successful episode, NaN states (naming the episode, file and frame), or any malformed file.
     """
     meta = read_meta(root)
     missing = [c for c in (keys.ENV_STATE_COL, keys.SUCCESS_COL) if c not in meta.features]
@@ -238,12 +238,7 @@ def read_progress_data(root: str | Path, failure_label: float | None = 0.0, timi
     if timing_check:
         episodes = drop_late_episodes(meta, episodes, what="timing_check")
     cols = read_frames(meta, episodes, [keys.ENV_STATE_COL, keys.SUCCESS_COL]).columns
-    state = np.asarray(cols[keys.ENV_STATE_COL], dtype=np.float32)
-    bad = np.flatnonzero(~np.isfinite(state).all(axis=1))
-    if len(bad):
-        r = int(bad[0])
-        raise DatasetError(f"dataset {meta.root}, episode {int(cols['episode_index'][r])}, frame "
-                           f"{int(cols['frame_index'][r])}: {keys.ENV_STATE_COL!r} holds NaN or inf")
+    state = np.asarray(cols[keys.ENV_STATE_COL], dtype=np.float32)  # finite: read_frames checks every value
     episode, frame = np.asarray(cols["episode_index"]), np.asarray(cols["frame_index"])
     success = cols[keys.SUCCESS_COL].reshape(-1).astype(bool)
     won = np.unique(episode[success])
@@ -293,12 +288,13 @@ def split_episodes(data: ProgressData, holdout: float, seed: int) -> tuple[np.nd
 
 
 def fit_progress(root: str | Path, cfg: ProgressConfig, device: str | torch.device = "cpu",
-                 progress: Any = None) -> tuple[ProgressModel, dict[str, Any]]:
+                 progress: Any = None, timing_check: bool = True) -> tuple[ProgressModel, dict[str, Any]]:
     """Train a progress model on the dataset at ``root``; returns it (scores in ``model.metrics``) and the scores.
 
-    ``progress``: an optional callable (step, loss) -> None, called every 100 steps (a progress bar).
+    ``progress``: an optional callable (step, loss) -> None, called every 100 steps (a progress bar);
+    ``timing_check``: leave out episodes recorded with late ticks (``robot_rl.data.timing``).
     """
-    data = read_progress_data(root, cfg.failure_label, target=cfg.target, horizon=cfg.horizon)
+    data = read_progress_data(root, cfg.failure_label, timing_check, cfg.target, cfg.horizon)
     train, held = split_episodes(data, cfg.holdout, cfg.seed)
     rows = np.flatnonzero(train & ~np.isnan(data.target))
     gen = torch.Generator().manual_seed(cfg.seed)
