@@ -255,3 +255,34 @@ def test_a_nan_state_is_refused_naming_its_episode_and_frame(lift_data, tmp_path
     ep, frame = table.column("episode_index")[7].as_py(), table.column("frame_index")[7].as_py()
     with pytest.raises(DatasetError, match=f"episode {ep} .*'{keys.ENV_STATE_COL}' is NaN .* at frame {frame}"):
         read_progress_data(bad)
+
+
+def test_a_model_of_several_instructions_tells_them_apart_and_shapes_so101_pick(tmp_path):
+    """so101_pick's episodes each name a cube: the model embeds the instruction, and frames paired with another one
+    (the synthesized failures) score low; a training run's env calls it with each env's instruction."""
+    root = tmp_path / "pick"
+    assert main(["collect", "task=so101_pick", "episodes=18", f"dataset.root={root}", "env_state=true",
+                 "task.cameras=[]", "progress=false", "sim.num_envs=6", "seed=2"]) == 0
+    model, report = fit_progress(root, ProgressConfig(steps=800, holdout=0.0, seed=0))
+    data = read_progress_data(root)
+    assert len(model.tasks) >= 2 and model.embed is not None and len(report["tasks"]) == len(model.tasks)
+    late = torch.as_tensor(data.succeeded & (data.target > 0.8))
+    x, own = torch.as_tensor(data.state)[late], torch.as_tensor(data.task)[late]
+    other = (own + 1) % len(model.tasks)
+    with torch.no_grad():
+        assert float(model(x, own).mean()) > float(model(x, other).mean()) + 0.4
+    with pytest.raises(ValueError, match="knows the instructions"):
+        model.task_index(["pick up the purple cube"])
+    out = tmp_path / "model"
+    model.save(out)
+    from robot_rl.cli.build import build_training, compose
+
+    built = build_training(compose("train", ["task=so101_pick", "algo=ppo", "sim.num_envs=4", f"reward.progress={out}",
+                                             "logger.progress=false", f"run_dir={tmp_path / 'run'}"]))
+    try:
+        assert isinstance(built.env, ShapedEnv) and built.env.reads_instructions
+        obs, _ = built.env.reset(seed=0)
+        expected = load_progress(out).potential(obs, list(built.env.instructions))
+        torch.testing.assert_close(built.env.phi, expected)
+    finally:
+        built.close()
