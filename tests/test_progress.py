@@ -245,7 +245,7 @@ def test_a_nan_state_is_refused_naming_its_episode_and_frame(lift_data, tmp_path
 
     bad = tmp_path / "bad"
     shutil.copytree(lift_data, bad)
-    path = sorted((bad / "data").rglob("*.parquet"))[0]
+    path = min((bad / "data").rglob("*.parquet"))
     table = pq.read_table(path)
     col = table.column(keys.ENV_STATE_COL).to_pylist()
     col[7][3] = float("nan")
