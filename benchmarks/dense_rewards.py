@@ -20,6 +20,7 @@ benchmarks/results/dense_rewards.json and .png.
 
     python benchmarks/dense_rewards.py                           # 3 seeds x 4 arms, ~15 min on 2 cores
     python benchmarks/dense_rewards.py --seeds 1 --arms sparse,progress
+    python benchmarks/dense_rewards.py --algo flashsac --steps 100000     # the off-policy learner
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def robot_rl(args: list[str], what: str) -> float:
     return time.perf_counter() - start
 
 
-def train_overrides(arm: str, seed: int, steps: int, model: Path, scale: float, run_dir: Path) -> list[str]:
-    common = ["task=" + TASK, "algo=ppo", f"seed={seed}", f"total_steps={steps}", f"stop_success_rate={TARGET}",
+def train_overrides(arm: str, seed: int, steps: int, model: Path, scale: float, run_dir: Path,
+                    algo: str = "ppo") -> list[str]:
+    common = ["task=" + TASK, f"algo={algo}", f"seed={seed}", f"total_steps={steps}", f"stop_success_rate={TARGET}",
               "eval.enabled=false", "logger.progress=false", f"run_dir={run_dir}"]
     if arm == "progress":
         return [*common, *SPARSE, f"reward.progress={model}", f"reward.scale={scale}"]
@@ -112,6 +114,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=300_000, help="env steps per run at most")
     p.add_argument("--scale", type=float, default=10.0, help="reward.scale of the shaped arms")
     p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--algo", default="ppo", choices=("ppo", "flashsac"), help="the learner (results: dense_rewards"
+                   "[_flashsac].json)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--work", type=Path, default=None, help="keep the dataset, model and runs here")
     p.add_argument("--one-run", nargs=2, metavar=("ARM", "OVERRIDES_JSON"), help=argparse.SUPPRESS)
@@ -144,7 +148,7 @@ def main() -> None:
         for seed in range(a.seeds):
             for arm in arms:  # one at a time: wall-clock stays comparable
                 run_dir = work / f"run_{arm}_s{seed}"
-                overrides = train_overrides(arm, seed, a.steps, model, a.scale, run_dir)
+                overrides = train_overrides(arm, seed, a.steps, model, a.scale, run_dir, a.algo)
                 start = time.perf_counter()
                 proc = subprocess.run([sys.executable, __file__, "--scale", str(a.scale), "--one-run", arm,
                                        json.dumps(overrides)], capture_output=True, text=True, check=False,
@@ -162,7 +166,8 @@ def main() -> None:
                 print(f"{arm} seed {seed}: 90 % at {hit and hit['env_steps']} env steps", flush=True)
 
     out = {
-        "task": TASK, "algo": "ppo (configs/algo_task/ppo_so101_reach.yaml), 64 envs",
+        "task": TASK, "algo": {"ppo": "ppo (configs/algo_task/ppo_so101_reach.yaml), 64 envs",
+                               "flashsac": "flashsac (configs/algo/flashsac.yaml)"}[a.algo],
         "dataset": {"expert_episodes": a.demos, "disturbed_episodes": a.disturbed, "collect_s": round(collect_s, 1)},
         "progress_model": {**{k: report.get(k) for k in ("held_out_voc", "train_voc", "frames", "episodes",
                                                          "successful_episodes", "horizon", "parts_read")},
@@ -171,8 +176,9 @@ def main() -> None:
         "held_out_curves": report.get("held_out_curves", {}), "scale": a.scale, "max_env_steps": a.steps,
         "target_training_success": TARGET, "summary": {arm: summary(rs) for arm, rs in runs.items()}, "runs": runs,
     }
-    path = write_result(NAME, out, goals(out), a.out)
-    plot(out, a.out / f"{NAME}.png")
+    name = NAME if a.algo == "ppo" else f"{NAME}_{a.algo}"
+    path = write_result(name, out, goals(out), a.out)
+    plot(out, a.out / f"{name}.png")
     print(json.dumps(out["summary"], indent=1))
     print(path)
 
@@ -213,7 +219,7 @@ def plot(data: dict, path: Path) -> None:
                     label=f"{arm} (90 % at median {data['summary'][arm]['median_env_steps_to_90']})" if i == 0 else None)
     ax.axhline(TARGET, color="k", ls=":", lw=0.8)
     ax.set(xlabel="env steps (k)", ylabel="training success rate", ylim=(-0.02, 1.02),
-           title=f"PPO {TASK}, sparse reward + shaping (λ {data['scale']})")
+           title=f"{data['algo'].split()[0]} {TASK}, sparse reward + shaping (λ {data['scale']})")
     ax.legend(fontsize=8)
     for ep, phi in data["held_out_curves"].items():
         n = max(len(phi) - 1, 1)
