@@ -210,6 +210,8 @@ def plot(data: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from robot_rl.cli.progress import draw_curves
+
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
     colors = {"sparse": "tab:gray", "progress": "tab:blue", "distance": "tab:orange", "dense": "tab:green"}
     for arm, rs in data["runs"].items():
@@ -221,14 +223,10 @@ def plot(data: dict, path: Path) -> None:
     ax.set(xlabel="env steps (k)", ylabel="training success rate", ylim=(-0.02, 1.02),
            title=f"{data['algo'].split()[0]} {TASK}, sparse reward + shaping (λ {data['scale']})")
     ax.legend(fontsize=8)
-    for ep, phi in data["held_out_curves"].items():
-        n = max(len(phi) - 1, 1)
-        ax2.plot([i / n for i in range(len(phi))], phi, lw=1, label=f"episode {ep}")
+    draw_curves(ax2, data["held_out_curves"])
     pm = data["progress_model"]
-    ax2.set(xlabel="fraction of the episode", ylabel="learned progress Φ", ylim=(-0.05, 1.05),
-            title=f"held-out episodes: VOC {pm['held_out_voc']:.3f}; random walk ρ(Φ, −d) "
+    ax2.set(title=f"held-out episodes: VOC {pm['held_out_voc']:.3f}; random walk ρ(Φ, −d) "
                   f"{pm['random_walk_spearman_phi_vs_neg_distance']:.2f}")
-    ax2.legend(fontsize=7)
     save_figure(fig, path)
 
 

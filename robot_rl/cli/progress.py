@@ -38,8 +38,18 @@ class ProgressCommand(ProgressConfig):
     progress: bool = True  # tqdm bar on stderr
 
 
+def draw_curves(ax: Any, curves: dict[str, list[float]]) -> None:
+    """Φ against the episode's fraction of time on ``ax``, one line per held-out episode (``report.json``'s
+    ``held_out_curves``)."""
+    for ep, phi in curves.items():
+        n = max(len(phi) - 1, 1)
+        ax.plot([i / n for i in range(len(phi))], phi, lw=1.2, label=f"episode {ep}")
+    ax.set(xlabel="fraction of the episode", ylabel="progress Φ", ylim=(-0.05, 1.05))
+    ax.legend(fontsize=7)
+
+
 def plot_curves(curves: dict[str, list[float]], path: Path, title: str) -> Path | None:
-    """Φ against the episode's fraction of time, one line per held-out episode; None when nothing to draw."""
+    """``draw_curves`` into a PNG; None when nothing to draw."""
     if not curves:
         return None
     import matplotlib
@@ -50,11 +60,7 @@ def plot_curves(curves: dict[str, list[float]], path: Path, title: str) -> Path 
     from robot_rl.logging import save_figure
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for ep, phi in curves.items():
-        n = max(len(phi) - 1, 1)
-        ax.plot([i / n for i in range(len(phi))], phi, lw=1.2, label=f"episode {ep}")
-    ax.set(xlabel="fraction of the episode", ylabel="progress Φ", ylim=(-0.05, 1.05))
-    ax.legend(fontsize=7)
+    draw_curves(ax, curves)
     return save_figure(fig, path, title, plt)
 
 
@@ -84,12 +90,8 @@ def progress(cfg: Any) -> Path:
         bar.update(step - bar.n)
         bar.set_postfix(loss=f"{loss:.4f}")
 
-    from robot_rl.data.lerobot_format import DatasetError
-
-    try:
+    try:  # a DatasetError is a ValueError: the CLI's one-line error, exit 2
         model, report = fit_progress(root, model_cfg, resolve_device(c.device), tick, c.dataset.timing_check)
-    except DatasetError as e:
-        raise ValueError(str(e)) from None
     finally:
         bar.close()
     model.save(run_dir)

@@ -138,7 +138,8 @@ class ProgressModel(nn.Module):
             raise ValueError(f"keep must list distinct features of the {obs_dim}, got {keep}")
         self.cfg, self.obs_dim, self.tasks, self.keep = cfg, int(obs_dim), list(tasks), keep
         self._task_ids = {t: i for i, t in enumerate(self.tasks)}
-        self.register_buffer("keep_index", torch.tensor(keep, dtype=torch.int64))
+        # the features read; progress.json's "keep" is its one record (not saved with the weights)
+        self.register_buffer("keep_index", torch.tensor(keep, dtype=torch.int64), persistent=False)
         self.register_buffer("mean", torch.zeros(len(keep)))
         self.register_buffer("std", torch.ones(len(keep)))
         self.embed = nn.Embedding(len(tasks), cfg.task_dim) if len(tasks) > 1 else None
