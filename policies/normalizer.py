@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -28,6 +30,9 @@ class EmpiricalNormalizer(nn.Module):
         self.register_buffer("mean", torch.zeros(shape))
         self.register_buffer("var", torch.ones(shape))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        # Data-parallel training sets this to a sum over processes (robot_rl.distributed): each update then merges
+        # every process's batch, so the statistics stay the same everywhere. Not saved; None: this process's batch.
+        self.reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[B, *shape] -> [B, *shape] normalized (identity statistics until the first update)."""
@@ -45,11 +50,30 @@ class EmpiricalNormalizer(nn.Module):
         finite = torch.isfinite(x.reshape(x.shape[0], -1)).all(dim=1)
         if not bool(finite.all()):  # boolean indexing costs more than the statistics: only when a row is bad
             x = x[finite]
+        if self.reduce is not None:
+            self._merge(*self._pooled(x))
+            return
         n_b = x.shape[0]
         if n_b == 0:
             return
-        mean_b = x.mean(dim=0)
-        var_b = x.var(dim=0, unbiased=False)
+        self._merge(n_b, x.mean(dim=0), x.var(dim=0, unbiased=False))
+
+    def _pooled(self, x: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
+        """Count, mean and (biased) variance of the batches of every process ``reduce`` sums over, from their
+        summed counts, sums and sums of squares (float64)."""
+        d = self.mean.numel()
+        x64 = x.double().reshape(x.shape[0], d)
+        sums = self.reduce(torch.cat([x64.new_tensor([x64.shape[0]]), x64.sum(0), (x64 * x64).sum(0)]))
+        n_b = int(sums[0].item())
+        if n_b == 0:
+            return 0, self.mean, self.var
+        mean_b = sums[1:1 + d] / n_b
+        var_b = (sums[1 + d:] / n_b - mean_b**2).clamp(min=0.0)
+        return n_b, mean_b.view_as(self.mean).to(self.mean.dtype), var_b.view_as(self.var).to(self.var.dtype)
+
+    def _merge(self, n_b: int, mean_b: torch.Tensor, var_b: torch.Tensor) -> None:
+        if n_b == 0:
+            return
         n = self.count.item()
         total = n + n_b
         delta = mean_b - self.mean

@@ -152,6 +152,25 @@ class RunLogger:
             self._wandb.finish()
 
 
+class SilentLogger:
+    """``RunLogger``'s methods, doing nothing: the logger of a data-parallel rank other than 0 (rank 0 logs the run)."""
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        pass
+
+    def progress(self, steps: int, mean_return: float | None, success_rate: float | None) -> None:
+        pass
+
+    def curve_point(self, point: dict[str, float]) -> None:
+        pass
+
+    def truncate_curve(self, iteration: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _quiet_tensorboard_thread_errors() -> None:
     """TensorBoard's event-writer thread keeps a write error for the main thread, which raises it on the next write
     (``RunLogger`` then warns once and drops TensorBoard), and also re-raises it, so ``threading`` prints a traceback

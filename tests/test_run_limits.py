@@ -37,14 +37,14 @@ def test_should_stop_at_each_limit_exactly():
     full = EpisodeStats(window=2)
     full.add(*_ended([0.0, 0.0], [1.0, 0.0], [True, True]))  # success rate 0.5
     steps = RunLimits(total_steps=1000)
-    assert not should_stop(steps, full, 999, 1e9) and should_stop(steps, full, 1000, 0.0)
+    assert not should_stop(steps, full.summary(), 999, 1e9) and should_stop(steps, full.summary(), 1000, 0.0)
     minutes = RunLimits(total_steps=None, max_minutes=2.0)
-    assert not should_stop(minutes, full, 10**12, 119.999) and should_stop(minutes, full, 0, 120.0)
+    assert not should_stop(minutes, full.summary(), 10**12, 119.999) and should_stop(minutes, full.summary(), 0, 120.0)
     rate = RunLimits(total_steps=10**9, stop_success_rate=0.5)
-    assert should_stop(rate, full, 0, 0.0)
-    assert not should_stop(RunLimits(total_steps=10**9, stop_success_rate=0.51), full, 0, 0.0)
-    assert not should_stop(rate, EpisodeStats(window=2), 0, 0.0)  # no rate before the window is full
-    assert not should_stop(RunLimits(total_steps=10**9), full, 0, 0.0)  # no rate rule
+    assert should_stop(rate, full.summary(), 0, 0.0)
+    assert not should_stop(RunLimits(total_steps=10**9, stop_success_rate=0.51), full.summary(), 0, 0.0)
+    assert not should_stop(rate, EpisodeStats(window=2).summary(), 0, 0.0)  # no rate before the window is full
+    assert not should_stop(RunLimits(total_steps=10**9), full.summary(), 0, 0.0)  # no rate rule
 
 
 @pytest.mark.parametrize("kw,match", [

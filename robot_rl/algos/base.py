@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from policies import Policy
+from robot_rl.distributed import ProcessGroup
 
 Obs = dict[str, torch.Tensor]
 
@@ -50,6 +51,12 @@ class Algorithm(ABC):
 
     @abstractmethod
     def load_state_dict(self, sd: dict[str, Any]) -> None: ...
+
+    def distribute(self, group: ProcessGroup) -> None:
+        """Train data-parallel in ``group`` (``robot_rl.distributed``): take rank 0's weights and average every
+        update over the ranks from now on. A learner that cannot refuses, naming itself."""
+        raise ValueError(f"algo={self.name} does not train data-parallel (over torchrun processes); run it in one "
+                         "process")
 
 
 class OnPolicyAlgorithm(Algorithm):

@@ -23,6 +23,7 @@ from robot_rl.algos.guard import NonFiniteGuard
 from robot_rl.algos.optim import adam
 from robot_rl.algos.precision import bf16_autocast, check_bf16_setting, resolve_bf16
 from robot_rl.buffers.rollout import RolloutBuffer
+from robot_rl.distributed import ProcessGroup
 from robot_rl.models.critics import MLPCritic
 
 SCHEDULES = ("adaptive", "fixed")
@@ -115,6 +116,20 @@ class PPO(OnPolicyAlgorithm):
         self.guard = NonFiniteGuard(cfg.max_consecutive_nonfinite)
         # Running mean / variance of the returns (cfg.normalize_value); identity statistics until the first update.
         self.return_norm = EmpiricalNormalizer((), clip=1e6).to(self.device)
+        self.group: ProcessGroup | None = None  # data-parallel ranks (``distribute``); None: this process alone
+
+    def distribute(self, group: ProcessGroup) -> None:
+        """Rank 0's weights and statistics on every rank; from now on each minibatch's gradients, KL and losses are
+        averaged over the ranks (the KL that steers the adaptive learning rate is all ranks' mean, so every rank
+        keeps the same rate), the advantages normalised by all ranks' statistics, and the observation and return
+        normalisers fed every rank's batch."""
+        modules = (self.policy, self.critic, self.return_norm)
+        group.broadcast_([t for m in modules for t in (*m.parameters(), *m.buffers())])
+        for m in modules:
+            for norm in m.modules():
+                if isinstance(norm, EmpiricalNormalizer):
+                    norm.reduce = group.sum_
+        self.group = group
 
     @property
     def obs_groups(self) -> list[str]:
@@ -182,7 +197,9 @@ class PPO(OnPolicyAlgorithm):
         if cfg.normalize_value:  # statistics of this rollout's returns join before its targets are normalised
             self.return_norm.train()
             self.return_norm.update(buffer.returns.flatten())
-        if cfg.normalize_advantages:
+        if cfg.normalize_advantages and self.group is not None:
+            self._normalize_advantages_over_ranks(buffer)
+        elif cfg.normalize_advantages:
             adv = buffer.advantages
             if buffer.has_invalid():  # statistics of the valid steps only
                 ok = adv[buffer.valid]
@@ -201,6 +218,17 @@ class PPO(OnPolicyAlgorithm):
         out.update(learning_rate=self.learning_rate, nonfinite_skips=float(self.guard.skipped),
                    action_std=self.policy.log_std.detach().exp().mean().item())
         return out
+
+    def _normalize_advantages_over_ranks(self, buffer: RolloutBuffer) -> None:
+        """Advantages to zero mean and unit (unbiased) std over every rank's valid steps: their counts, sums and sums
+        of squares summed over the ranks in float64."""
+        adv = buffer.advantages
+        valid = buffer.valid if buffer.has_invalid() else torch.ones_like(adv, dtype=torch.bool)
+        a = adv[valid].double()
+        n, total, squares = self.group.sum_(torch.stack([a.new_tensor(float(a.numel())), a.sum(), (a * a).sum()]))
+        mean = total / n
+        std = ((squares - n * mean**2) / (n - 1).clamp(min=1.0)).clamp(min=0.0).sqrt()
+        adv.copy_(torch.where(valid, (adv - mean.float()) / (std.float() + 1e-8), 0.0))
 
     def _step(self, batch: dict[str, Any]) -> dict[str, float]:
         cfg = self.cfg
@@ -227,17 +255,20 @@ class PPO(OnPolicyAlgorithm):
             value_loss = avg((value - ret) ** 2)
         loss = surrogate + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
 
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
         with torch.no_grad():
             kl = avg(gaussian_kl(batch["mean"], batch["std"], mean, std))
             clip_frac = avg(((ratio - 1.0).abs() > cfg.clip).float())
-            # One host read for the guard, the schedule and the logs (the guard's own check and six .item() calls
-            # were ~15 dispatched ops of the ~300 per minibatch).
-            values = torch.stack([loss.detach(), grad_norm, surrogate.detach(), value_loss.detach(), entropy.detach(),
-                                  kl, clip_frac]).tolist()
-        loss_v, grad_norm_v, surrogate_v, value_loss_v, entropy_v, kl_v, clip_frac_v = values
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        scalars = torch.stack([loss.detach(), surrogate.detach(), value_loss.detach(), entropy.detach(), kl,
+                               clip_frac])
+        if self.group is not None:  # one all-reduce: the ranks' gradients and scalars averaged (a NaN anywhere
+            scalars = self.group.average_gradients(self.params, scalars)  # reaches every rank: all skip alike)
+        grad_norm = nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+        # One host read for the guard, the schedule and the logs (the guard's own check and six .item() calls were
+        # ~15 dispatched ops of the ~300 per minibatch).
+        loss_v, surrogate_v, value_loss_v, entropy_v, kl_v, clip_frac_v, grad_norm_v = (
+            torch.cat([scalars, grad_norm.detach().reshape(1)]).tolist())
         if not self.guard.record(math.isfinite(loss_v) and math.isfinite(grad_norm_v)):
             self.optimizer.zero_grad(set_to_none=True)  # optimizer state (moments, step, lr) untouched
             return {}

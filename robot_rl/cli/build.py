@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 import random
 import sys
 from collections.abc import Callable
@@ -45,9 +46,10 @@ from robot_rl.cli.config import (
     typed,
 )
 from robot_rl.cli.load import other_load, thread_warning
+from robot_rl.distributed import ProcessGroup, check_world_size, from_environment, rank_device
 from robot_rl.env import VecEnv
 from robot_rl.hil.agent import InterventionAgent
-from robot_rl.logging import LoggerConfig, RunLogger
+from robot_rl.logging import LoggerConfig, RunLogger, SilentLogger
 from robot_rl.models.critics import CriticConfig, MLPCritic
 from robot_rl.models.q_critics import CategoricalQ, CategoricalQConfig
 from robot_rl.runners.common import RunLimits, available_cores
@@ -315,12 +317,20 @@ class Training:
     env: VecEnv
     algo: Algorithm
     runner: Any
-    logger: RunLogger
+    logger: RunLogger | SilentLogger
     run_dir: Path
+    group: ProcessGroup | None = None  # data-parallel ranks under torchrun (robot_rl.distributed); None: alone
+
+    @property
+    def main(self) -> bool:
+        """The process that writes the run folder, logs and evaluates (rank 0, or the only one)."""
+        return self.group is None or self.group.main
 
     def close(self) -> None:
         self.logger.close()
         self.env.close()
+        if self.group is not None:
+            self.group.close()
 
 
 def build_training(cfg: Any) -> Training:
@@ -344,7 +354,9 @@ def build_training(cfg: Any) -> Training:
     hil_s = typed(HilSettings, raw.pop("hil"), "hil")
     reward_s = typed(RewardSettings, raw.pop("reward"), "reward")
     s = typed(TrainSettings, raw, "")
-    device = resolve_device(s.device)
+    group = from_environment(resolve_device(s.device))  # under torchrun: this process's rank (None alone)
+    device = rank_device(resolve_device(s.device), group)
+    main = group is None or group.main  # the process that writes the run folder, logs and evaluates
     task_name, algo_name = task_raw.pop("name"), algo_raw.pop("name")
     algorithm_entry(algo_name)
     seed_everything(s.seed)
@@ -361,9 +373,16 @@ def build_training(cfg: Any) -> Training:
     else:
         stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
         run_dir = Path(s.run_dir or f"runs/{task_name}_{algo_name}_{stamp}")
-        check_new_run_dir(run_dir)
+        if group is not None:  # rank 0's clock names the folder
+            run_dir = Path(group.broadcast_object(str(run_dir)))
+        if main:
+            check_new_run_dir(run_dir)
     env = make_env(task_name, sim_cfg, task_cfg)
     algo, runner_keys = build_algorithm(algo_name, algo_raw, env, device)
+    if group is not None:  # rank 0's weights everywhere; then each rank its own random stream and env seeds
+        algo.distribute(group)
+        seed_everything(s.seed + group.rank)
+        s = dataclasses.replace(s, seed=s.seed + group.rank)
     unread = [g for g in env.obs_spec.shapes if g.startswith(keys.IMAGE_PREFIX) and g not in algo.obs_groups]
     if unread:  # rendering is most of a step's cost on the CPU: say so rather than pay it silently
         print(f"warning: task.cameras renders {unread} every step, which {algo_name} does not read (it reads "
@@ -373,32 +392,43 @@ def build_training(cfg: Any) -> Training:
     env = build_shaping(reward_s, env, algo, demo)
     meta = {"task": task_name, "algo": algo_name, "obs_spec": env.obs_spec.to_json(), "action_dim": env.action_dim,
             "task_config": dataclasses.asdict(task_cfg), "config": full}
+    if group is not None:
+        meta["world_size"] = group.world_size
     if ckpt is not None:  # another task or algorithm first, then what else cannot continue (nothing written yet)
         check_resume_compatible(ckpt.meta, meta)
+        check_world_size(int(ckpt.meta.get("world_size", 1)), 1 if group is None else group.world_size, ckpt.path)
         check_resume_point(ckpt.path, run_dir, ckpt.meta.get("config", {}), sim_cfg.num_envs)
-        _warn_changed(ckpt.meta.get("config", {}), full)
-    remove_partial_writes(run_dir / CHECKPOINTS_DIR)  # first: a half-written checkpoint may hold the space needed
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        if main:
+            _warn_changed(ckpt.meta.get("config", {}), full)
     start_steps = int(ckpt.meta.get("env_steps", 0)) if ckpt is not None else 0
-    logger = RunLogger(run_dir, log_s, s.total_steps, start_steps, config=full)
-    checkpoints = CheckpointManager(run_dir / CHECKPOINTS_DIR, ckpt_s.keep_last)
-    update_threads = s.update_threads if s.update_threads is not None else available_cores()
+    logger: RunLogger | SilentLogger = SilentLogger()
+    checkpoints = None
+    if main:
+        remove_partial_writes(run_dir / CHECKPOINTS_DIR)  # first: a half-written checkpoint may hold the space needed
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        logger = RunLogger(run_dir, log_s, s.total_steps, start_steps, config=full)
+        checkpoints = CheckpointManager(run_dir / CHECKPOINTS_DIR, ckpt_s.keep_last)
+    # the machine's cores shared among the ranks it runs (torchrun's LOCAL_WORLD_SIZE)
+    cores = max(1, available_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    update_threads = s.update_threads if s.update_threads is not None else cores
     threads = max(s.torch_threads, update_threads if algorithm_entry(algo_name).runner is OnPolicyRunner else 1)
     if threads > 1:  # other work on the machine can make torch's threads a slowdown: say so (robot_rl.cli.load)
-        warning = thread_warning(threads, available_cores(), other_load(0.1))
+        warning = thread_warning(threads, cores, other_load(0.1)) if main else None
         if warning:
             print(warning, file=sys.stderr)
     runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta, demo, update_threads, hil)
+    runner.group = group
     if ckpt is not None:
         runner.restore(ckpt)
         logger.truncate_curve(runner.iteration)
-        print(f"resumed from {ckpt.path} at iteration {runner.iteration} ({runner.env_steps} env steps)",
-              file=sys.stderr)
+        if main:
+            print(f"resumed from {ckpt.path} at iteration {runner.iteration} ({runner.env_steps} env steps)",
+                  file=sys.stderr)
     else:  # the points of a run that stopped here before its first checkpoint are not this run's
         logger.truncate_curve(0)
     return Training(full, s, ckpt_s, eval_s, task_name, task_cfg, sim_cfg, device, env, algo, runner, logger,
-                    run_dir)
+                    run_dir, group)
 
 
 def check_resume_point(path: Path, run_dir: Path, config: dict[str, Any], num_envs: int) -> None:

@@ -13,7 +13,16 @@ import torch
 
 from policies import keys
 from robot_rl.algos.guard import NonFiniteError
-from robot_rl.checkpoint import Checkpoint, CheckpointManager, OutputWriteError, resume_hint, rng_state, set_rng_state
+from robot_rl.checkpoint import (
+    Checkpoint,
+    CheckpointManager,
+    OutputWriteError,
+    flatten_tree,
+    resume_hint,
+    rng_state,
+    set_rng_state,
+)
+from robot_rl.distributed import ProcessGroup, check_world_size
 from robot_rl.env import Obs, VecEnv
 
 
@@ -134,10 +143,11 @@ class RunLimits:
             raise ValueError(f"stop_success_rate must be in (0, 1] or null, got {self.stop_success_rate}")
 
 
-def should_stop(cfg: RunLimits, stats: EpisodeStats, env_steps: int, elapsed_s: float) -> bool:
+def should_stop(cfg: RunLimits, summary: dict[str, float], env_steps: int, elapsed_s: float) -> bool:
     """The runners' stopping rule: ``cfg.total_steps`` env steps, ``cfg.max_minutes`` of training wall-clock, or a
-    rolling success rate of at least ``cfg.stop_success_rate`` (each optional)."""
-    success = stats.summary().get("episode/success_rate")
+    rolling success rate (``summary``: ``EpisodeStats.summary``'s) of at least ``cfg.stop_success_rate`` (each
+    optional)."""
+    success = summary.get("episode/success_rate")
     return ((cfg.total_steps is not None and env_steps >= cfg.total_steps)
             or (cfg.max_minutes is not None and elapsed_s >= 60.0 * cfg.max_minutes)
             or (cfg.stop_success_rate is not None and success is not None and success >= cfg.stop_success_rate))
@@ -190,11 +200,73 @@ class RunnerLoop:
         raise NotImplementedError
 
     def _done(self) -> bool:
-        return should_stop(self.cfg, self.stats, self.env_steps, self.elapsed_s)
+        return should_stop(self.cfg, self.episode_summary(), self.env_steps, self.elapsed_s)
+
+    # ------------------------------------------------------------------------------------- data-parallel
+    group: ProcessGroup | None = None  # the run's data-parallel ranks (robot_rl.distributed); None: one process
+    _pooled: dict[str, float] | None = None
+
+    @property
+    def world_size(self) -> int:
+        return 1 if self.group is None else self.group.world_size
+
+    def checkpoint_state(self, runner: dict[str, Any]) -> dict[str, Any] | None:
+        """The tree a checkpoint stores (``run_state``). Data-parallel: first a check that every rank's learner
+        (networks, normalisers, optimizer moments) is bitwise the same (``RanksDivergedError`` if not), then rank 0
+        gets every other rank's envs, observations, RNGs and counters under ``other_ranks``, so a resume continues
+        each of them; the other ranks get None (rank 0 writes)."""
+        state = run_state(self.algo, self.env, self.obs, runner)
+        if self.group is None:
+            return state
+        tensors, _ = flatten_tree(state["algo"])
+        self.group.check_same(tensors.values(), "learners (networks, normalisers, optimizer state)")
+        own = {k: state[k] for k in ("env", "obs", "runner", "rng")}
+        parts = self.group.gather_objects(None if self.group.main else own)
+        if not self.group.main:
+            return None
+        return {**state, "other_ranks": parts[1:]}
+
+    def restore_state(self, ckpt: Checkpoint) -> dict[str, Any]:
+        """Inverse of ``checkpoint_state`` on this rank: learner, env, observations and RNGs restored; returns this
+        rank's runner counters. Refuses a checkpoint written by another number of processes, before loading."""
+        others = ckpt.state.get("other_ranks") or []
+        check_world_size(len(others) + 1, self.world_size, ckpt.path)
+        if self.group is not None and not self.group.main:
+            ckpt = Checkpoint(ckpt.path, {**ckpt.state, **others[self.group.rank - 1]}, ckpt.meta)
+        self.obs, runner = restore_run_state(ckpt, self.algo, self.env, self.device)
+        return runner
+
+    def episode_summary(self) -> dict[str, float]:
+        """The rolling episode statistics the run logs and stops on: this process's, or, data-parallel, every rank's
+        windows pooled (``pool_ranks``), the same numbers on every rank."""
+        if self.group is None:
+            return self.stats.summary()
+        return self._pooled if self._pooled is not None else {"episode/count": float(self.stats.count)}
+
+    def pool_ranks(self) -> None:
+        """Data-parallel, once per iteration on every rank (one all-reduce): the episode windows pooled into
+        ``episode_summary`` (reported once every rank's window is full: each then holds its last ``window``
+        episodes, so the pool is the last ``window × ranks`` episodes), and rank 0's clock as the run's, so the
+        stopping rule decides the same on every rank."""
+        if self.group is None:
+            return
+        s, k = self.stats, self.stats.window
+        full = float(s.count >= k)
+        v = torch.tensor([full, float(s.count), float(s.returns.sum()) * full, float(s.lengths.sum()) * full,
+                          float(s.successes.sum()) * full, self.elapsed_s if self.group.main else 0.0],
+                         dtype=torch.float64)
+        full_ranks, count, ret, length, success, elapsed = self.group.sum_(v).tolist()
+        self.elapsed_s = elapsed
+        n = k * self.world_size
+        self._pooled = {"episode/count": count}
+        if full_ranks == self.world_size:
+            self._pooled.update({"episode/return": ret / n, "episode/length": length / n,
+                                 "episode/success_rate": success / n})
 
     def learn(self) -> dict[str, float]:
         """Train until the stopping rule; returns the last logged scalars."""
         self.start()
+        self.pool_ranks()  # a resumed data-parallel run: every rank's restored windows, before the first stop check
         scalars: dict[str, float] = {}
         while not self._done():
             try:
@@ -205,8 +277,10 @@ class RunnerLoop:
             except OutputWriteError as e:  # the learning curve could not be written: say where to resume from
                 last = self.checkpoints.latest() if self.checkpoints is not None else None
                 raise OutputWriteError(e.path, e.cause, e.last_good or resume_hint(last)) from e.cause
-            if self.checkpoints is not None and (self._done() or self.iteration % self.cfg.checkpoint_every == 0):
+            saves = self.checkpoints is not None or self.group is not None  # every rank takes part in a save
+            if saves and (self._done() or self.iteration % self.cfg.checkpoint_every == 0):
                 start = time.perf_counter()
                 self.save()
                 self.elapsed_s += time.perf_counter() - start
+                self.pool_ranks()  # rank 0's clock again, now with its checkpoint time
         return scalars

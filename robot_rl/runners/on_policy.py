@@ -18,8 +18,6 @@ from robot_rl.runners.common import (
     EpisodeStats,
     RunLimits,
     RunnerLoop,
-    restore_run_state,
-    run_state,
     to_device,
     torch_threads,
 )
@@ -70,7 +68,7 @@ class OnPolicyRunner(RunnerLoop):
 
     def restore(self, ckpt: Checkpoint) -> None:
         """Continue from a checkpoint: learner, env, observations, RNGs and counters as they were."""
-        self.obs, runner = restore_run_state(ckpt, self.algo, self.env, self.device)
+        runner = self.restore_state(ckpt)
         self.iteration, self.env_steps, self.elapsed_s = runner["iteration"], runner["env_steps"], runner["elapsed_s"]
         self.sim_s = float(runner.get("sim_s", 0.0))  # absent from checkpoints written before it was kept
         self.stats.load_state_dict(runner["stats"])
@@ -101,18 +99,19 @@ class OnPolicyRunner(RunnerLoop):
             losses = algo.update(buf)
         buf.clear()
         self.obs = obs
-        steps = self.cfg.num_steps * env.num_envs
+        steps = self.cfg.num_steps * env.num_envs * self.world_size  # every rank's envs (data-parallel)
         self.iteration += 1
         self.env_steps += steps
         dt = time.perf_counter() - start
         self.elapsed_s += dt
+        self.pool_ranks()
+        summary = self.episode_summary()
         scalars = {k: (v / self.cfg.num_steps if k.startswith("reward/") else v) for k, v in log_sums.items()}
         scalars.update(losses)
-        scalars.update(self.stats.summary())
+        scalars.update(summary)
         scalars.update({"perf/fps": steps / dt, "perf/collect_fraction": collect_s / dt,
                         "perf/sim_fraction": (self.sim_s - sim_start) / dt, "perf/iteration": self.iteration})
         self.logger.scalars(self.env_steps, scalars)
-        summary = self.stats.summary()
         ret, succ = summary.get("episode/return"), summary.get("episode/success_rate")
         self.logger.progress(steps, ret, succ)
         self.logger.curve_point({"iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.elapsed_s,
@@ -123,6 +122,8 @@ class OnPolicyRunner(RunnerLoop):
         """Checkpoint now (score: the rolling mean return, for keeping the best)."""
         runner = {"iteration": self.iteration, "env_steps": self.env_steps, "elapsed_s": self.elapsed_s,
                   "sim_s": self.sim_s, "stats": self.stats.state_dict()}
-        self.checkpoints.save(self.iteration, run_state(self.algo, self.env, self.obs, runner),
-                              {**self.meta, "env_steps": self.env_steps}, policy=self.algo.policy,
-                              score=self.stats.summary().get("episode/return"))
+        state = self.checkpoint_state(runner)
+        if state is None:  # a data-parallel rank other than 0: its part went to rank 0
+            return
+        self.checkpoints.save(self.iteration, state, {**self.meta, "env_steps": self.env_steps},
+                              policy=self.algo.policy, score=self.episode_summary().get("episode/return"))

@@ -1,0 +1,164 @@
+"""Data-parallel training over processes (DESIGN.md §7): one learner per process, each with its own env batch, the
+gradients averaged every step so every copy of the networks stays the same.
+
+Launched by ``torchrun``, which sets each process's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous;
+``torch.distributed`` does the communication (NCCL between GPUs, gloo on CPUs). Nothing here starts processes or
+finds peers: that is torchrun's job.
+
+    torchrun --standalone --nproc-per-node 2 -m robot_rl.cli.main train task=so101_reach sim.num_threads=1
+
+What a rank does beyond a one-process run (``ProcessGroup``): rank 0's initial weights are copied to every rank;
+each minibatch's gradients are averaged (one all-reduce of every gradient and the step's scalars together); running
+observation statistics merge every rank's batch; episode statistics, the stopping rule and the run's clock are
+rank 0's view of all ranks' episodes, so every rank stops at the same iteration; rank 0 alone writes the run folder,
+and its checkpoints hold every rank's envs so a resume continues all of them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+WORLD_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")  # set by torchrun for each process it starts
+
+
+class RanksDivergedError(RuntimeError):
+    """The ranks' copies of the networks differ: their updates were not the same (a bug, not bad input)."""
+
+
+class ProcessGroup:
+    """This process's place in a data-parallel run and the collectives the learners need.
+
+    Args:
+        rank: this process's index in [0, world_size).
+        world_size: processes in the run.
+        local_rank: index among the processes on this machine (picks the GPU).
+    """
+
+    def __init__(self, rank: int, world_size: int, local_rank: int = 0) -> None:
+        if world_size < 2 or not 0 <= rank < world_size:
+            raise ValueError(f"a process group needs world_size >= 2 and 0 <= rank < world_size, got rank {rank} of "
+                             f"{world_size}")
+        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the process that logs, writes checkpoints and evaluates."""
+        return self.rank == 0
+
+    # ------------------------------------------------------------------------------------------ collectives
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` replaced in place by its sum over ranks (every rank must call this); returns it."""
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def max_(self, tensor: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return tensor
+
+    def average_gradients(self, params: Sequence[torch.nn.Parameter], extra: torch.Tensor) -> torch.Tensor:
+        """Every parameter's ``.grad`` replaced by its mean over ranks, and ``extra`` (a 1-D float tensor of the
+        step's scalars: losses, KL) averaged with them in the same all-reduce; returns the averaged ``extra``.
+
+        With equal minibatch sizes on every rank, the mean of the ranks' gradients is the gradient of the loss over
+        the union of their minibatches (each loss is a mean over its samples). A parameter with no gradient (unused
+        this step) counts as zeros on that rank.
+        """
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([*(g.reshape(-1) for g in grads), extra.reshape(-1).to(grads[0].dtype)])
+        self.sum_(flat).div_(self.world_size)
+        offset = 0
+        for p, g in zip(params, grads, strict=True):
+            n = g.numel()
+            if p.grad is None:
+                p.grad = g
+            p.grad.copy_(flat[offset:offset + n].view_as(g))
+            offset += n
+        return flat[offset:].to(extra.dtype)
+
+    def broadcast_(self, tensors: Iterable[torch.Tensor], src: int = 0) -> None:
+        """Each tensor overwritten in place with rank ``src``'s (one flat broadcast per dtype)."""
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for t in tensors:
+            by_dtype.setdefault(t.dtype, []).append(t)
+        for group in by_dtype.values():
+            flat = torch.cat([t.detach().reshape(-1) for t in group])
+            dist.broadcast(flat, src=src)
+            offset = 0
+            with torch.no_grad():
+                for t in group:
+                    t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                    offset += t.numel()
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        """Rank ``src``'s ``obj`` (any picklable value) on every rank."""
+        box = [obj]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
+
+    def gather_objects(self, obj: Any) -> list[Any] | None:
+        """Every rank's ``obj`` in rank order on rank 0 (None elsewhere); every rank must call it."""
+        out: list[Any] | None = [None] * self.world_size if self.main else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
+    def check_same(self, tensors: Iterable[torch.Tensor], what: str) -> None:
+        """Raise ``RanksDivergedError`` unless every rank holds bitwise the same ``tensors`` (compared by a float64
+        checksum of their values and their squares: two numbers per rank, one all-reduce)."""
+        flat = torch.cat([t.detach().double().reshape(-1).cpu() for t in tensors])
+        mine = torch.stack([flat.sum(), (flat * flat.abs().add(1.0)).sum()])
+        lo, hi = mine.clone(), mine.clone()
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+        lo.neg_()
+        dist.all_reduce(lo, op=dist.ReduceOp.MAX)
+        if not torch.equal(hi, -lo):
+            raise RanksDivergedError(f"the ranks' {what} differ (checksums from {(-lo).tolist()} to {hi.tolist()}): "
+                                     "their updates were not the same")
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def check_world_size(was: int, now: int, path: object) -> None:
+    """Refuse to resume a checkpoint written by ``was`` processes in a run of ``now``: each process had its own envs,
+    and their states are in the checkpoint, one per rank.
+
+    Raises:
+        ValueError: naming the launch that resumes it.
+    """
+    if was != now:
+        how = "without torchrun" if was == 1 else f"with torchrun --nproc-per-node {was}"
+        raise ValueError(f"cannot resume from {path}: it was written by a run of {was} process(es), each with its own "
+                         f"envs; this run has {now}. Resume it {how}.")
+
+
+def from_environment(device: torch.device | str = "cpu") -> ProcessGroup | None:
+    """The process group torchrun set up for this process, joined (gloo on CPUs, NCCL on CUDA); None when this
+    process runs alone (no ``WORLD_SIZE``, or 1).
+
+    Raises:
+        ValueError: torchrun's variables are incomplete or not integers.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1") or "1") <= 1:
+        return None
+    missing = [v for v in WORLD_VARS if v not in os.environ]
+    if missing:
+        raise ValueError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {missing} unset: start data-parallel runs with "
+                         "torchrun (e.g. torchrun --standalone --nproc-per-node 2 -m robot_rl.cli.main train ...)")
+    rank, world, local = (int(os.environ[v]) for v in WORLD_VARS)
+    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+    return ProcessGroup(rank, world, local)
+
+
+def rank_device(device: torch.device, group: ProcessGroup | None) -> torch.device:
+    """The device this rank computes on: its own GPU (``cuda:LOCAL_RANK``) where the run asked for CUDA."""
+    if group is None or device.type != "cuda":
+        return device
+    return torch.device("cuda", group.local_rank)

@@ -1,0 +1,94 @@
+"""Data-parallel training under torchrun (robot_rl/distributed.py): the collectives against one process's numbers
+on the pooled data, and `robot-rl train` over two processes end to end (one run folder, every rank's envs in its
+checkpoints, an exact resume, the refusals)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from robot_rl.checkpoint import flatten_tree, load_checkpoint
+from robot_rl.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+SMALL = ["task=so101_reach", "sim.num_envs=8", "sim.num_threads=1", "eval.enabled=false", "logger.progress=false",
+         "logger.tensorboard=false", "checkpoint_every=2"]
+ITERATION = 24 * 8 * 2  # env steps per iteration: T x envs per rank x ranks
+
+
+def torchrun(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    return subprocess.run([*TORCHRUN, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+
+
+def test_collectives_match_one_process_on_the_pooled_data():
+    """Gradients, observation statistics and advantages averaged over two ranks equal one process's on both ranks'
+    data; broadcast, gather and the divergence check (a one-ulp difference caught) do what they say."""
+    out = torchrun("tests/_dist_worker.py")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.split() == ["ok", "gradients", "ok", "normalizer", "ok", "advantages", "ok",
+                                  "same_and_broadcast"]
+
+
+def _algo_tensors(path: Path) -> dict[str, torch.Tensor]:
+    return flatten_tree(load_checkpoint(path).state["algo"])[0]
+
+
+def test_two_process_ppo_run_checkpoints_every_rank_and_resumes_exactly(tmp_path, capsys):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    train = ["-m", "robot_rl.cli.main", "train", *SMALL]
+    out = torchrun(*train, f"total_steps={4 * ITERATION}", f"run_dir={whole}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"trained {4 * ITERATION} env steps" in out.stderr  # every rank's envs counted, reported once
+    assert out.stderr.count("trained ") == 1
+    ckpt = load_checkpoint(whole / "checkpoints" / "latest")
+    assert ckpt.meta["env_steps"] == 4 * ITERATION and ckpt.meta["world_size"] == 2
+    (other,) = ckpt.state["other_ranks"]  # rank 1's envs, observations, RNGs and counters
+    assert other["runner"]["iteration"] == ckpt.state["runner"]["iteration"] == 4
+    assert not torch.equal(other["obs"]["policy"], ckpt.state["obs"]["policy"])  # its own envs (its own seed)
+    assert not torch.equal(other["rng"]["torch"], ckpt.state["rng"]["torch"])
+
+    first = torchrun(*train, f"total_steps={2 * ITERATION}", f"run_dir={split}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = torchrun(*train, f"total_steps={4 * ITERATION}", f"resume={split}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"at iteration 2 ({2 * ITERATION} env steps)" in again.stderr
+    a, b = _algo_tensors(whole / "checkpoints" / "latest"), _algo_tensors(split / "checkpoints" / "latest")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bitwise: the resume continued
+    rank1 = [flatten_tree(load_checkpoint(d / "checkpoints" / "latest").state["other_ranks"])[0]
+             for d in (whole, split)]
+    assert all(torch.equal(rank1[0][k], rank1[1][k]) for k in rank1[0])  # and so did rank 1's envs
+
+    # one process cannot continue two processes' envs: refused, naming the launch that can
+    code = main(["train", *SMALL, f"total_steps={6 * ITERATION}", f"resume={whole}", f"run_dir={tmp_path / 'one'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "written by a run of 2 process(es)" in err and "--nproc-per-node 2" in err
+    assert not (tmp_path / "one").exists()  # refused before anything was written
+
+
+def test_flashsac_refuses_data_parallel_before_writing_anything(tmp_path):
+    out = torchrun("-m", "robot_rl.cli.main", "train", "task=so101_reach", "algo=flashsac", "sim.num_envs=2",
+                   "sim.num_threads=1", "total_steps=100", f"run_dir={tmp_path / 'sac'}")
+    assert out.returncode != 0 and "algo=flashsac does not train data-parallel" in out.stderr
+    assert not (tmp_path / "sac").exists()
+
+
+@pytest.mark.parametrize("var", ["RANK", "LOCAL_RANK"])
+def test_incomplete_torchrun_variables_are_refused(monkeypatch, var):
+    from robot_rl.distributed import from_environment
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for v in ("RANK", "LOCAL_RANK"):
+        monkeypatch.setenv(v, "0")
+    monkeypatch.delenv(var)
+    with pytest.raises(ValueError, match=f"'{var}'.*torchrun"):
+        from_environment()
