@@ -37,13 +37,16 @@ class ProcessGroup:
         rank: this process's index in [0, world_size).
         world_size: processes in the run.
         local_rank: index among the processes on this machine (picks the GPU).
+        device: where the collectives' tensors live (NCCL: this rank's GPU; gloo: the CPU).
     """
 
-    def __init__(self, rank: int, world_size: int, local_rank: int = 0) -> None:
+    def __init__(self, rank: int, world_size: int, local_rank: int = 0,
+                 device: torch.device | str = "cpu") -> None:
         if world_size < 2 or not 0 <= rank < world_size:
             raise ValueError(f"a process group needs world_size >= 2 and 0 <= rank < world_size, got rank {rank} of "
                              f"{world_size}")
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        self.device = torch.device(device)
 
     @property
     def main(self) -> bool:
@@ -110,7 +113,7 @@ class ProcessGroup:
         """Raise ``RanksDivergedError`` unless every rank holds bitwise the same ``tensors`` (compared by a float64
         checksum of their values and their squares: two numbers per rank, one all-reduce)."""
         flat = torch.cat([t.detach().double().reshape(-1).cpu() for t in tensors])
-        mine = torch.stack([flat.sum(), (flat * flat.abs().add(1.0)).sum()])
+        mine = torch.stack([flat.sum(), (flat * flat.abs().add(1.0)).sum()]).to(self.device)
         lo, hi = mine.clone(), mine.clone()
         dist.all_reduce(hi, op=dist.ReduceOp.MAX)
         lo.neg_()
@@ -151,14 +154,15 @@ def from_environment(device: torch.device | str = "cpu") -> ProcessGroup | None:
         raise ValueError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {missing} unset: start data-parallel runs with "
                          "torchrun (e.g. torchrun --standalone --nproc-per-node 2 -m robot_rl.cli.main train ...)")
     rank, world, local = (int(os.environ[v]) for v in WORLD_VARS)
-    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+    cuda = torch.device(device).type == "cuda"
+    here = torch.device("cuda", local) if cuda else torch.device("cpu")  # each rank its own GPU
+    if cuda:
+        torch.cuda.set_device(here)  # NCCL's object collectives use the current device
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend)
-    return ProcessGroup(rank, world, local)
+        dist.init_process_group(backend="nccl" if cuda else "gloo")
+    return ProcessGroup(rank, world, local, here)
 
 
 def rank_device(device: torch.device, group: ProcessGroup | None) -> torch.device:
     """The device this rank computes on: its own GPU (``cuda:LOCAL_RANK``) where the run asked for CUDA."""
-    if group is None or device.type != "cuda":
-        return device
-    return torch.device("cuda", group.local_rank)
+    return device if group is None else group.device

@@ -254,7 +254,7 @@ class RunnerLoop:
         full = float(s.count >= k)
         v = torch.tensor([full, float(s.count), float(s.returns.sum()) * full, float(s.lengths.sum()) * full,
                           float(s.successes.sum()) * full, self.elapsed_s if self.group.main else 0.0],
-                         dtype=torch.float64)
+                         dtype=torch.float64, device=self.group.device)
         full_ranks, count, ret, length, success, elapsed = self.group.sum_(v).tolist()
         self.elapsed_s = elapsed
         n = k * self.world_size
