@@ -4,9 +4,6 @@ checkpoints, an exact resume, the refusals)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,20 +11,11 @@ import torch
 
 from robot_rl.checkpoint import flatten_tree, load_checkpoint
 from robot_rl.cli.main import main
+from tests._torchrun import torchrun
 
-ROOT = Path(__file__).resolve().parents[1]
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 SMALL = ["task=so101_reach", "sim.num_envs=8", "sim.num_threads=1", "eval.enabled=false", "logger.progress=false",
          "logger.tensorboard=false", "checkpoint_every=2"]
 ITERATION = 24 * 8 * 2  # env steps per iteration: T x envs per rank x ranks
-
-
-def torchrun(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(var, None)
-    return subprocess.run([*TORCHRUN, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
 
 
 def test_collectives_match_one_process_on_the_pooled_data():
