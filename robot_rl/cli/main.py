@@ -32,6 +32,8 @@ commands:
   record  teleoperated demos: robot-rl record robot=so101|so101_sim teleop=so101_leader|so101_sim_leader
                             dataset.root=DIR episodes=N
   progress progress model (dense rewards): robot-rl progress dataset.root=DIR [run_dir=DIR] [steps=N]
+  success success classifier: robot-rl success dataset.root=DIR [run_dir=DIR] [steps=N]
+                            label a copy with it: robot-rl success dataset.root=SRC label.model=RUN label.out=NEW_DIR
   recap   improvement loop: robot-rl recap task=so101_lift rounds=K [run_dir=DIR] [episodes_per_round=N] [steps=N]
 
 Options are Hydra overrides of the YAML files in {config_dir}.
@@ -250,8 +252,15 @@ def progress(cfg: Any) -> Any:
     return run_progress(cfg)
 
 
+def success(cfg: Any) -> Any:
+    """``robot-rl success``: train a success classifier, or label a dataset's copy with one (robot_rl/cli/success.py)."""
+    from robot_rl.cli.success import success as run_success
+
+    return run_success(cfg)
+
+
 COMMANDS = {"train": train, "eval": evaluate_checkpoint, "collect": collect, "offline": offline, "recap": recap,
-            "deploy": deploy, "record": record, "progress": progress}
+            "deploy": deploy, "record": record, "progress": progress, "success": success}
 
 
 def _usable_choice(cmd: str) -> Any:

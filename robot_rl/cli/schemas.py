@@ -70,11 +70,13 @@ def register_configs() -> None:
     from robot_rl.cli.progress import ProgressCommand
     from robot_rl.cli.recap import RecapCommand
     from robot_rl.cli.record import RecordCommand
+    from robot_rl.cli.success import SuccessCommand
 
     cs.store(name="progress_schema", node=ProgressCommand)
     cs.store(name="recap_schema", node=RecapCommand)
     cs.store(name="deploy_schema", node=DeployCommand)
     cs.store(name="record_schema", node=RecordCommand)
+    cs.store(name="success_schema", node=SuccessCommand)
     for group, options in device_schemas().items():  # configs/robot/<name>.yaml start from robot/<name>_schema
         for name, node in options.items():
             cs.store(group=group, name=f"{name}_schema", node=node)
