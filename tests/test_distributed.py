@@ -41,6 +41,8 @@ def test_two_process_ppo_run_checkpoints_every_rank_and_resumes_exactly(tmp_path
     ckpt = load_checkpoint(whole / "checkpoints" / "latest")
     assert ckpt.meta["env_steps"] == 4 * ITERATION and ckpt.meta["world_size"] == 2
     (other,) = ckpt.state["other_ranks"]  # rank 1's envs, observations, RNGs and counters
+    # each rank keeps half of the 200-episode success window: pooled, the run's last 200 episodes
+    assert len(ckpt.state["runner"]["stats"]["returns"]) == len(other["runner"]["stats"]["returns"]) == 100
     assert other["runner"]["iteration"] == ckpt.state["runner"]["iteration"] == 4
     assert not torch.equal(other["obs"]["policy"], ckpt.state["obs"]["policy"])  # its own envs (its own seed)
     assert not torch.equal(other["rng"]["torch"], ckpt.state["rng"]["torch"])

@@ -379,10 +379,11 @@ def build_training(cfg: Any) -> Training:
             check_new_run_dir(run_dir)
     env = make_env(task_name, sim_cfg, task_cfg)
     algo, runner_keys = build_algorithm(algo_name, algo_raw, env, device)
-    if group is not None:  # rank 0's weights everywhere; then each rank its own random stream and env seeds
-        algo.distribute(group)
+    if group is not None:  # rank 0's weights everywhere; then each rank its own random stream and env seeds, and
+        algo.distribute(group)  # its share of the success window, so the pooled window is the run's last episodes
         seed_everything(s.seed + group.rank)
-        s = dataclasses.replace(s, seed=s.seed + group.rank)
+        s = dataclasses.replace(s, seed=s.seed + group.rank,
+                                success_window=-(-s.success_window // group.world_size))
     unread = [g for g in env.obs_spec.shapes if g.startswith(keys.IMAGE_PREFIX) and g not in algo.obs_groups]
     if unread:  # rendering is most of a step's cost on the CPU: say so rather than pay it silently
         print(f"warning: task.cameras renders {unread} every step, which {algo_name} does not read (it reads "

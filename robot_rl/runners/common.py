@@ -246,8 +246,9 @@ class RunnerLoop:
     def pool_ranks(self) -> None:
         """Data-parallel, once per iteration on every rank (one all-reduce): the episode windows pooled into
         ``episode_summary`` (reported once every rank's window is full: each then holds its last ``window``
-        episodes, so the pool is the last ``window × ranks`` episodes), and rank 0's clock as the run's, so the
-        stopping rule decides the same on every rank."""
+        episodes, so the pool is the last ``window × ranks`` episodes; ``robot-rl train`` gives each rank
+        ``success_window / ranks``), and rank 0's clock as the run's, so the stopping rule decides the same on every
+        rank."""
         if self.group is None:
             return
         s, k = self.stats, self.stats.window
