@@ -30,9 +30,11 @@ class EmpiricalNormalizer(nn.Module):
         self.register_buffer("mean", torch.zeros(shape))
         self.register_buffer("var", torch.ones(shape))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
-        # Data-parallel training sets this to a sum over processes (robot_rl.distributed): each update then merges
-        # every process's batch, so the statistics stay the same everywhere. Not saved; None: this process's batch.
+        # Data-parallel training sets this to a sum over processes (robot_rl.distributed): ``update`` then only
+        # accumulates the batch's count, sum and sum of squares, and ``sync`` (every process at once) merges every
+        # process's since the last sync, so the statistics stay the same everywhere. Not saved; None: this process.
         self.reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self._pending: torch.Tensor | None = None  # float64 [1 + 2·D]: rows, sums, sums of squares since the sync
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[B, *shape] -> [B, *shape] normalized (identity statistics until the first update)."""
@@ -50,26 +52,32 @@ class EmpiricalNormalizer(nn.Module):
         finite = torch.isfinite(x.reshape(x.shape[0], -1)).all(dim=1)
         if not bool(finite.all()):  # boolean indexing costs more than the statistics: only when a row is bad
             x = x[finite]
-        if self.reduce is not None:
-            self._merge(*self._pooled(x))
+        if self.reduce is not None:  # data-parallel: kept for ``sync``
+            x64 = x.double().reshape(x.shape[0], self.mean.numel())
+            sums = torch.cat([x64.new_tensor([x64.shape[0]]), x64.sum(0), (x64 * x64).sum(0)])
+            self._pending = sums if self._pending is None else self._pending + sums
             return
         n_b = x.shape[0]
         if n_b == 0:
             return
         self._merge(n_b, x.mean(dim=0), x.var(dim=0, unbiased=False))
 
-    def _pooled(self, x: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
-        """Count, mean and (biased) variance of the batches of every process ``reduce`` sums over, from their
-        summed counts, sums and sums of squares (float64)."""
+    @torch.no_grad()
+    def sync(self) -> None:
+        """Data-parallel (``reduce`` set): merge every process's batches since the last sync, as one batch (one
+        collective; every process must call it at the same point). A no-op otherwise, and in eval mode."""
+        if self.reduce is None or not self.training:
+            return
         d = self.mean.numel()
-        x64 = x.double().reshape(x.shape[0], d)
-        sums = self.reduce(torch.cat([x64.new_tensor([x64.shape[0]]), x64.sum(0), (x64 * x64).sum(0)]))
+        pending = self._pending if self._pending is not None else self.mean.new_zeros(1 + 2 * d, dtype=torch.float64)
+        self._pending = None
+        sums = self.reduce(pending.clone())
         n_b = int(sums[0].item())
         if n_b == 0:
-            return 0, self.mean, self.var
+            return
         mean_b = sums[1:1 + d] / n_b
         var_b = (sums[1 + d:] / n_b - mean_b**2).clamp(min=0.0)
-        return n_b, mean_b.view_as(self.mean).to(self.mean.dtype), var_b.view_as(self.var).to(self.var.dtype)
+        self._merge(n_b, mean_b.view_as(self.mean).to(self.mean.dtype), var_b.view_as(self.var).to(self.var.dtype))
 
     def _merge(self, n_b: int, mean_b: torch.Tensor, var_b: torch.Tensor) -> None:
         if n_b == 0:

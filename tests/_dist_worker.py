@@ -53,7 +53,11 @@ def check_normalizer(group) -> None:
         mine[0][1, 2] = float("nan")  # a bad row on rank 0: left out, on every rank alike
         if step == 2:
             mine[1][:] = float("inf")  # nothing usable on rank 1 this time: it still takes part
+        before = shared.mean.clone()
         shared.update(mine[group.rank])
+        assert torch.equal(shared.mean, before)  # data-parallel: nothing changes until every rank syncs
+        if step != 1:  # two batches merge at the last sync
+            shared.sync()
         pooled = torch.cat(mine)
         alone.update(pooled[torch.isfinite(pooled).all(dim=1)])
     assert shared.count.item() == alone.count.item() == 5 + 3 + 5 + 3 + 5 - 3, shared.count.item()

@@ -53,6 +53,9 @@ def test_two_process_ppo_run_checkpoints_every_rank_and_resumes_exactly(tmp_path
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"at iteration 2 ({2 * ITERATION} env steps)" in again.stderr
     a, b = _algo_tensors(whole / "checkpoints" / "latest"), _algo_tensors(split / "checkpoints" / "latest")
+    # the actor's and critic's observation statistics hold every observation of both ranks
+    assert a["/policy/processor.normalizers.policy.count"].item() == a["/critic/normalizer.count"].item() == (
+        4 * ITERATION)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bitwise: the resume continued
     rank1 = [flatten_tree(load_checkpoint(d / "checkpoints" / "latest").state["other_ranks"])[0]
              for d in (whole, split)]

@@ -122,7 +122,9 @@ class PPO(OnPolicyAlgorithm):
         """Rank 0's weights and statistics on every rank; from now on each minibatch's gradients, KL and losses are
         averaged over the ranks (the KL that steers the adaptive learning rate is all ranks' mean, so every rank
         keeps the same rate), the advantages normalised by all ranks' statistics, and the observation and return
-        normalisers fed every rank's batch."""
+        normalisers merging every rank's batches: the observations once per rollout (``finish_rollout``; acting, each
+        rank holds the statistics as of the last rollout, where one process merges every step), the returns at
+        each update."""
         modules = (self.policy, self.critic, self.return_norm)
         group.broadcast_([t for m in modules for t in (*m.parameters(), *m.buffers())])
         for m in modules:
@@ -185,6 +187,7 @@ class PPO(OnPolicyAlgorithm):
         the env faulted (``buffer.valid`` False) gets r_t = V(o_t): its TD error is 0 (it is done), so it adds
         nothing, and the steps before it bootstrap from V(o_t) as from a time-out, instead of learning that the
         episode ended with reward 0 (RELIABILITY D1); ``update`` gives it no weight."""
+        self._sync_normalizers(self.policy, self.critic)  # data-parallel: the ranks' observations of the rollout
         values = buffer.extras["value"]
         if buffer.has_invalid():
             buffer.reward.copy_(torch.where(buffer.valid, buffer.reward, values))
@@ -197,6 +200,7 @@ class PPO(OnPolicyAlgorithm):
         if cfg.normalize_value:  # statistics of this rollout's returns join before its targets are normalised
             self.return_norm.train()
             self.return_norm.update(buffer.returns.flatten())
+            self._sync_normalizers(self.return_norm)
         if cfg.normalize_advantages and self.group is not None:
             self._normalize_advantages_over_ranks(buffer)
         elif cfg.normalize_advantages:
@@ -218,6 +222,16 @@ class PPO(OnPolicyAlgorithm):
         out.update(learning_rate=self.learning_rate, nonfinite_skips=float(self.guard.skipped),
                    action_std=self.policy.log_std.detach().exp().mean().item())
         return out
+
+    def _sync_normalizers(self, *modules: nn.Module) -> None:
+        """Data-parallel: the running statistics in ``modules`` merge every rank's batches since their last sync
+        (once per rollout, not per step: an all-reduce took ~1.4 ms between two processes on 2 cores)."""
+        if self.group is None:
+            return
+        for m in modules:
+            for norm in m.modules():
+                if isinstance(norm, EmpiricalNormalizer):
+                    norm.sync()
 
     def _normalize_advantages_over_ranks(self, buffer: RolloutBuffer) -> None:
         """Advantages to zero mean and unit (unbiased) std over every rank's valid steps: their counts, sums and sums
