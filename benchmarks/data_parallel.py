@@ -85,7 +85,7 @@ def plot(results: dict[str, list[dict[str, object]]], path: Path) -> None:
             if vals:
                 ax.bar(i, statistics.median(vals), color="C0" if arm == "1x64" else "C1", alpha=0.6)
                 ax.scatter([i] * len(vals), vals, color="k", s=12, zorder=3)
-        ax.set_xticks(range(len(results)), [f"{a}\n({ARMS[a][0]} proc x {ARMS[a][1]} envs)" for a in results])
+        ax.set_xticks(range(len(results)), [f"{ARMS[a][0]} proc\nx {ARMS[a][1]} envs" for a in results])
         ax.set_ylabel(label)
     fig.suptitle("PPO so101_reach: data-parallel over torchrun processes (bars: medians, dots: seeds)")
     save_figure(fig, path)
@@ -96,7 +96,11 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--replot", action="store_true", help="redraw the PNG from the JSON in --out; no runs")
     a = p.parse_args()
+    if a.replot:
+        plot(json.loads((a.out / f"{NAME}.json").read_text())["runs"], a.out / f"{NAME}.png")
+        return
     results: dict[str, list[dict[str, object]]] = {arm: [] for arm in a.arms}
     for seed in range(a.seeds):  # arms alternated within each seed: one run at a time, nothing beside it
         for arm in a.arms:
