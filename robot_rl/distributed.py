@@ -166,6 +166,10 @@ def from_environment(device: torch.device | str = "cpu") -> ProcessGroup | None:
     return ProcessGroup(rank, world, local, here)
 
 
-def rank_device(device: torch.device, group: ProcessGroup | None) -> torch.device:
-    """The device this rank computes on: its own GPU (``cuda:LOCAL_RANK``) where the run asked for CUDA."""
-    return device if group is None else group.device
+def rank_device(device: torch.device | str, group: ProcessGroup | None) -> torch.device:
+    """The device this rank computes (or simulates) on: where the run asked for CUDA, its own GPU
+    (``cuda:LOCAL_RANK``, whatever index was given: every process reads the same command line)."""
+    device = torch.device(device)
+    if group is None or device.type != "cuda":
+        return device
+    return torch.device("cuda", group.local_rank)

@@ -85,3 +85,14 @@ def test_incomplete_torchrun_variables_are_refused(monkeypatch, var):
     monkeypatch.delenv(var)
     with pytest.raises(ValueError, match=f"'{var}'.*torchrun"):
         from_environment()
+
+
+def test_each_process_takes_its_own_gpu_where_the_run_asks_for_cuda():
+    """Every process reads the same command line: ``device=cuda`` (or ``cuda:0``) means the process's own GPU,
+    cuda:LOCAL_RANK, for the learner and the simulator alike; the CPU stays the CPU. (No GPU here: the mapping.)"""
+    from robot_rl.distributed import ProcessGroup, rank_device
+
+    group = ProcessGroup(rank=3, world_size=4, local_rank=1, device="cuda:1")
+    assert rank_device("cuda", group) == rank_device("cuda:0", group) == torch.device("cuda", 1)
+    assert rank_device("cpu", group) == torch.device("cpu")
+    assert rank_device("cuda:2", None) == torch.device("cuda", 2)  # one process: as given

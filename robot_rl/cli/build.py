@@ -363,6 +363,8 @@ def build_training(cfg: Any) -> Training:
     torch.set_num_threads(s.torch_threads)
     if s.deterministic:
         torch.use_deterministic_algorithms(True)
+    if group is not None:  # each process simulates on its own GPU too
+        sim_raw["device"] = str(rank_device(sim_raw.get("device", "cpu"), group))
     task_cfg, sim_cfg = config_from_dict(task_name, task_raw), sim_config_from_dict(sim_raw)
     if s.resume and sim_cfg.backend == ISAACLAB:  # IsaacLabVecEnv.load_state_dict refuses: no simulation state saved
         raise ValueError("cannot resume a sim=isaaclab run: Isaac Lab's simulation state is not checkpointed, so it "
