@@ -63,16 +63,22 @@ class ProcessGroup:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return tensor
 
-    def average_gradients(self, params: Sequence[torch.nn.Parameter], extra: torch.Tensor) -> torch.Tensor:
+    def average_gradients(self, params: Sequence[torch.nn.Parameter], extra: torch.Tensor,
+                          buffers: Sequence[torch.Tensor] = ()) -> torch.Tensor:
         """Every parameter's ``.grad`` replaced by its mean over ranks, and ``extra`` (a 1-D float tensor of the
         step's scalars: losses, KL) averaged with them in the same all-reduce; returns the averaged ``extra``.
+        ``buffers``: float tensors averaged in place in the same all-reduce (BatchNorm's running statistics, which
+        each rank's forward pass moved by its own batch); others (counters) are left alone.
 
         With equal minibatch sizes on every rank, the mean of the ranks' gradients is the gradient of the loss over
         the union of their minibatches (each loss is a mean over its samples). A parameter with no gradient (unused
         this step) counts as zeros on that rank.
         """
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([*(g.reshape(-1) for g in grads), extra.reshape(-1).to(grads[0].dtype)])
+        floats = [b for b in buffers if b.is_floating_point()]
+        dtype = grads[0].dtype
+        flat = torch.cat([*(g.reshape(-1) for g in grads), *(b.reshape(-1).to(dtype) for b in floats),
+                          extra.reshape(-1).to(dtype)])
         self.sum_(flat).div_(self.world_size)
         offset = 0
         for p, g in zip(params, grads, strict=True):
@@ -81,7 +87,14 @@ class ProcessGroup:
                 p.grad = g
             p.grad.copy_(flat[offset:offset + n].view_as(g))
             offset += n
+        for b in floats:
+            b.copy_(flat[offset:offset + b.numel()].view_as(b))
+            offset += b.numel()
         return flat[offset:].to(extra.dtype)
+
+    def any_(self, flag: bool) -> bool:
+        """True on every rank if ``flag`` is True on any (one all-reduce)."""
+        return bool(self.sum_(torch.tensor([float(flag)], device=self.device)).item() > 0)
 
     def broadcast_(self, tensors: Iterable[torch.Tensor], src: int = 0) -> None:
         """Each tensor overwritten in place with rank ``src``'s (one flat broadcast per dtype)."""

@@ -29,6 +29,9 @@ class Algorithm(ABC):
     name: ClassVar[str]
     policy: Policy
     device: torch.device
+    # Keys of ``state_dict`` that hold this process's own state (its envs' exploration noise, statistics of its own
+    # envs): data-parallel, every rank's are checkpointed and they are left out of the check that the ranks agree.
+    rank_state_keys: ClassVar[tuple[str, ...]] = ()
 
     @property
     @abstractmethod

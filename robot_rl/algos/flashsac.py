@@ -31,6 +31,7 @@ from robot_rl.algos.base import OffPolicyAlgorithm
 from robot_rl.algos.guard import NonFiniteGuard
 from robot_rl.algos.optim import adam
 from robot_rl.buffers.replay import ReplayBuffer, Source, sample_mixed
+from robot_rl.distributed import ProcessGroup
 from robot_rl.models.q_critics import CategoricalQ
 
 
@@ -178,6 +179,7 @@ class FlashSAC(OffPolicyAlgorithm):
     """
 
     name = "flashsac"
+    rank_state_keys = ("noise", "return_scale")  # per env: each data-parallel rank's own
 
     def __init__(self, actor: TanhGaussianPolicy, critic: CategoricalQ, cfg: FlashSACConfig, num_envs: int,
                  device: torch.device | str = "cpu") -> None:
@@ -207,6 +209,17 @@ class FlashSAC(OffPolicyAlgorithm):
         # Compiled call paths; state dicts always come from the plain modules.
         self._actor_fwd, self._actor_sample = compile_(self.actor), compile_(self.actor.sample)
         self._critic, self._target = compile_(self.critic), compile_(self.target)
+        self.group: ProcessGroup | None = None  # data-parallel ranks (``distribute``); None: this process alone
+
+    def distribute(self, group: ProcessGroup) -> None:
+        """Rank 0's networks, target and temperature on every rank; from now on every critic, actor and temperature
+        step averages the ranks' gradients and losses, and the BatchNorm statistics each rank's forward pass moved,
+        in one all-reduce per step; a batch with a non-finite value on any rank skips the update on all. Each rank
+        keeps its own envs' exploration noise and reward-scale statistics (``rank_state_keys``): the reward scale
+        is each rank's estimate of the same return spread."""
+        group.broadcast_([t for m in (self.actor, self.critic, self.target) for t in (*m.parameters(), *m.buffers())]
+                         + [self.log_alpha.data])
+        self.group = group
 
     @property
     def policy(self) -> TanhGaussianPolicy:
@@ -274,8 +287,11 @@ class FlashSAC(OffPolicyAlgorithm):
         obs, next_obs = batch[keys.OBS], batch[keys.NEXT_OBS]
         inputs = [*obs.values(), *next_obs.values(), batch[keys.ACTION], batch[keys.REWARD]]
         floats = [x for x in inputs if x.is_floating_point()]
-        if not bool(torch.stack([torch.isfinite(x).all() for x in floats]).all()):  # one host sync
-            self.guard.check(*floats)  # counts the skip (raises past the limit); a poisoned batch never reaches BN
+        finite = bool(torch.stack([torch.isfinite(x).all() for x in floats]).all())  # one host sync
+        if self.group is not None:  # a poisoned batch on any rank: every rank skips (their updates stay one)
+            finite = not self.group.any_(not finite)
+        if not finite:
+            self.guard.record(False)  # counts the skip (raises past the limit); a poisoned batch never reaches BN
             return {"nonfinite_skips": self.nonfinite_skips}
         scale = self.return_scale.scale() if cfg.normalize_reward else 1.0
         reward = batch[keys.REWARD] / scale
@@ -312,6 +328,8 @@ class FlashSAC(OffPolicyAlgorithm):
         params = list(module.parameters())
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if self.group is not None:  # the ranks' gradients, losses and BatchNorm statistics averaged
+            loss = self.group.average_gradients(params, loss.detach().reshape(1), [b for b, _ in saved])[0]
         grads = [p.grad for p in params if p.grad is not None]
         if self.cfg.max_grad_norm is not None:
             norm = nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
@@ -356,7 +374,10 @@ class FlashSAC(OffPolicyAlgorithm):
         alpha_loss = self.log_alpha.exp() * (entropy - self.target_entropy)
         self.alpha_opt.zero_grad(set_to_none=True)
         alpha_loss.backward()
-        if self.actor_guard.check(alpha_loss, self.log_alpha.grad):
+        checked = alpha_loss.detach()
+        if self.group is not None:
+            checked = self.group.average_gradients([self.log_alpha], checked.reshape(1))[0]
+        if self.actor_guard.check(checked, self.log_alpha.grad):
             self._set_lr(self.alpha_opt)
             self.alpha_opt.step()
         return {"loss/actor": loss.detach(), "loss/temperature": alpha_loss.detach(), "entropy": entropy,

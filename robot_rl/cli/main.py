@@ -23,7 +23,7 @@ USAGE = """usage: robot-rl <command> [key=value ...]
 commands:
   train   train a policy:   robot-rl train task=so101_reach algo=ppo|flashsac sim=mujoco [total_steps=...] [resume=PATH]
                             robot-rl train sim=isaaclab task=isaaclab task.id=Isaac-Cartpole algo=ppo|flashsac
-                            data-parallel PPO: torchrun --standalone --nproc-per-node P -m robot_rl.cli.main train ...
+                            data-parallel: torchrun --standalone --nproc-per-node P -m robot_rl.cli.main train ...
   collect record episodes:  robot-rl collect task=so101_pick episodes=N dataset.root=DIR [policy=PATH] [quality=1.0]
   eval    evaluate / film:  robot-rl eval checkpoint=PATH [num_episodes=100] [task=TASK (an offline run's)]
   offline train on logged data: robot-rl offline algo=bc|recap|awr dataset.root=DIR [steps=N] [max_minutes=M] [resume=PATH]

@@ -218,9 +218,11 @@ class RunnerLoop:
         state = run_state(self.algo, self.env, self.obs, runner)
         if self.group is None:
             return state
-        tensors, _ = flatten_tree(state["algo"])
+        local = self.algo.rank_state_keys  # this rank's own part of the learner (per-env noise and statistics)
+        tensors, _ = flatten_tree({k: v for k, v in state["algo"].items() if k not in local})
         self.group.check_same(tensors.values(), "learners (networks, normalisers, optimizer state)")
         own = {k: state[k] for k in ("env", "obs", "runner", "rng")}
+        own["algo"] = {k: state["algo"][k] for k in local}
         parts = self.group.gather_objects(None if self.group.main else own)
         if not self.group.main:
             return None
@@ -232,7 +234,9 @@ class RunnerLoop:
         others = ckpt.state.get("other_ranks") or []
         check_world_size(len(others) + 1, self.world_size, ckpt.path)
         if self.group is not None and not self.group.main:
-            ckpt = Checkpoint(ckpt.path, {**ckpt.state, **others[self.group.rank - 1]}, ckpt.meta)
+            part = others[self.group.rank - 1]
+            algo = {**ckpt.state["algo"], **part.get("algo", {})}  # rank 0's learner with this rank's own part
+            ckpt = Checkpoint(ckpt.path, {**ckpt.state, **part, "algo": algo}, ckpt.meta)
         self.obs, runner = restore_run_state(ckpt, self.algo, self.env, self.device)
         return runner
 

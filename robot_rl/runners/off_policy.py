@@ -16,7 +16,7 @@ from robot_rl.checkpoint import Checkpoint, CheckpointManager
 from robot_rl.env import VecEnv, episode_mask
 from robot_rl.hil.agent import InterventionAgent
 from robot_rl.logging import RunLogger
-from robot_rl.runners.common import EpisodeStats, RunLimits, RunnerLoop, restore_run_state, run_state, to_device
+from robot_rl.runners.common import EpisodeStats, RunLimits, RunnerLoop, to_device
 
 
 @dataclass
@@ -70,7 +70,7 @@ class OffPolicyRunner(RunnerLoop):
 
     def restore(self, ckpt: Checkpoint) -> None:
         """Continue from a checkpoint: learner, env, observations, replay, RNGs and counters as they were."""
-        self.obs, runner = restore_run_state(ckpt, self.algo, self.env, self.device)
+        runner = self.restore_state(ckpt)
         self.iteration, self.env_steps, self.elapsed_s = runner["iteration"], runner["env_steps"], runner["elapsed_s"]
         self.update_debt = float(runner["update_debt"])
         self.sim_s = float(runner.get("sim_s", 0.0))  # absent from checkpoints written before it was kept
@@ -125,14 +125,15 @@ class OffPolicyRunner(RunnerLoop):
                         losses.setdefault(k, []).append(v)
                 update_s += time.perf_counter() - t0
         self.obs = obs
-        steps = self.cfg.steps_per_iteration * env.num_envs
+        steps = self.cfg.steps_per_iteration * env.num_envs * self.world_size  # every rank's envs (data-parallel)
         self.iteration += 1
         self.env_steps += steps
         dt = time.perf_counter() - start
         self.elapsed_s += dt
+        self.pool_ranks()
         scalars = {k: (v / self.cfg.steps_per_iteration if k.startswith("reward/") else v) for k, v in log_sums.items()}
         scalars.update(mean_stats(losses))
-        summary = self.stats.summary()
+        summary = self.episode_summary()
         scalars.update(summary)
         point: dict[str, Any] = {}
         if self.hil is not None:
@@ -151,16 +152,17 @@ class OffPolicyRunner(RunnerLoop):
 
     def save(self) -> None:
         """Checkpoint now (score: the rolling mean return, for keeping the best)."""
-        assert self.checkpoints is not None
         runner = {"iteration": self.iteration, "env_steps": self.env_steps, "elapsed_s": self.elapsed_s,
                   "sim_s": self.sim_s, "update_debt": self.update_debt, "stats": self.stats.state_dict()}
         if self.cfg.save_replay:
             runner["replay"] = self.replay.state_dict()
         if self.hil is not None:
             runner["hil"] = self.hil.state_dict()
-        self.checkpoints.save(self.iteration, run_state(self.algo, self.env, self.obs, runner),
-                              {**self.meta, "env_steps": self.env_steps}, policy=self.algo.policy,
-                              score=self.stats.summary().get("episode/return"))
+        state = self.checkpoint_state(runner)
+        if state is None:  # a data-parallel rank other than 0: its part went to rank 0
+            return
+        self.checkpoints.save(self.iteration, state, {**self.meta, "env_steps": self.env_steps},
+                              policy=self.algo.policy, score=self.episode_summary().get("episode/return"))
 
 
 def mean_stats(stats: dict[str, list[float | torch.Tensor]]) -> dict[str, float]:
