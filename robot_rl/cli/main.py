@@ -123,8 +123,8 @@ def train(cfg: Any) -> Path:
             runner.learn()
         finally:
             run.logger.close()
-            if run.group is not None:  # data-parallel: the ranks are done together; rank 0 reports alone
-                run.group.close()
+        if run.group is not None:  # data-parallel: the ranks are done together; rank 0 reports alone. (A rank that
+            run.group.close()  # failed skips this: its exit makes torchrun stop the others, none waits for it.)
         if not run.main:
             return run.run_dir
         print(f"trained {runner.env_steps} env steps in {runner.elapsed_s:.1f} s; run folder {run.run_dir}",
