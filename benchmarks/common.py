@@ -32,6 +32,19 @@ def robot_rl_command() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "robot_rl.cli.main"]
 
 
+def run_robot_rl(args: list[str], what: str) -> float:
+    """Run ``robot-rl <args>`` (offscreen rendering); its wall-clock seconds. A failure stops the benchmark with the
+    command's last output, naming ``what`` failed."""
+    import time
+
+    start = time.perf_counter()
+    proc = subprocess.run([*robot_rl_command(), *args], capture_output=True, text=True, check=False,
+                          env={**os.environ, "MUJOCO_GL": "egl"})
+    if proc.returncode != 0:
+        raise SystemExit(f"{what} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
 def git_commit() -> str:
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,

@@ -38,23 +38,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, goal, robot_rl_command, save_figure, write_result
+from benchmarks.common import RESULTS, goal, run_robot_rl, save_figure, write_result
 
 NAME = "dense_rewards"
 TASK = "so101_reach"
 SPARSE = ["task.reward_weights.distance=0", "task.reward_weights.action_rate=0"]
 ARMS = ("sparse", "progress", "distance", "dense")
 TARGET = 0.9
-
-
-def robot_rl(args: list[str], what: str) -> float:
-    """Run ``robot-rl <args>``; its wall-clock seconds."""
-    start = time.perf_counter()
-    proc = subprocess.run([*robot_rl_command(), *args], capture_output=True, text=True, check=False,
-                          env={**os.environ, "MUJOCO_GL": "egl"})
-    if proc.returncode != 0:
-        raise SystemExit(f"{what} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return time.perf_counter() - start
 
 
 def train_overrides(arm: str, seed: int, steps: int, model: Path, scale: float, run_dir: Path,
@@ -134,11 +124,11 @@ def main() -> None:
         work = a.work or Path(tmp)
         data, model = work / "reach_demos", work / "progress"
         common = [f"task={TASK}", f"dataset.root={data}", "env_state=true", "task.cameras=[]", "progress=false"]
-        collect_s = robot_rl(["collect", *common, f"episodes={a.demos}", "seed=0"], "collect (expert)")
+        collect_s = run_robot_rl(["collect", *common, f"episodes={a.demos}", "seed=0"], "collect (expert)")
         if a.disturbed:
-            collect_s += robot_rl(["collect", *common, f"episodes={a.disturbed}", "seed=1", "disturbance=1.0",
+            collect_s += run_robot_rl(["collect", *common, f"episodes={a.disturbed}", "seed=1", "disturbance=1.0",
                                    "disturbance_steps=5", "dataset.append=true"], "collect (disturbed)")
-        fit_s = robot_rl(["progress", f"dataset.root={data}", f"run_dir={model}", "progress=false"],
+        fit_s = run_robot_rl(["progress", f"dataset.root={data}", f"run_dir={model}", "progress=false"],
                          "robot-rl progress")
         report = json.loads((model / "report.json").read_text())
         walk_rho = random_walk_correlation(model)

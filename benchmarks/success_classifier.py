@@ -22,31 +22,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, goal, robot_rl_command, save_figure, write_result
+from benchmarks.common import RESULTS, goal, run_robot_rl, save_figure, write_result
 
 NAME = "success_classifier"
 TASK = "so101_lift"
 AUC_TARGET, EPISODE_ACCURACY_TARGET = 0.95, 0.95
-
-
-def robot_rl(args: list[str], what: str) -> float:
-    """Run ``robot-rl <args>``; its wall-clock seconds."""
-    start = time.perf_counter()
-    proc = subprocess.run([*robot_rl_command(), *args], capture_output=True, text=True, check=False,
-                          env={**os.environ, "MUJOCO_GL": "egl"})
-    if proc.returncode != 0:
-        raise SystemExit(f"{what} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return time.perf_counter() - start
 
 
 def collect_args(root: Path, episodes: int, seed: int, episode_length: int, quality: float) -> list[str]:
@@ -129,15 +116,15 @@ def main() -> None:
         work = a.work or Path(tmp)
         train_root, other_root = work / "lift_train", work / "lift_other"
         model_dir, labelled_root = work / "lift_success", work / "lift_other_labelled"
-        collect_s = robot_rl(collect_args(train_root, a.episodes, 1, a.episode_length, a.quality), "collect (train)")
+        collect_s = run_robot_rl(collect_args(train_root, a.episodes, 1, a.episode_length, a.quality), "collect (train)")
         print(f"training recording: {a.episodes} episodes in {collect_s:.0f} s", flush=True)
-        fit_s = robot_rl(["success", f"dataset.root={train_root}", f"run_dir={model_dir}", f"steps={a.steps}",
+        fit_s = run_robot_rl(["success", f"dataset.root={train_root}", f"run_dir={model_dir}", f"steps={a.steps}",
                           "progress=false"], "robot-rl success (train)")
         report = json.loads((model_dir / "report.json").read_text())
         print(f"classifier: {fit_s:.0f} s, held-out AUC {report['held_out']['auc']}", flush=True)
-        other_s = robot_rl(collect_args(other_root, a.other_episodes, 2, a.episode_length, a.quality),
+        other_s = run_robot_rl(collect_args(other_root, a.other_episodes, 2, a.episode_length, a.quality),
                            "collect (independent)")
-        label_s = robot_rl(["success", f"dataset.root={other_root}", f"label.model={model_dir}",
+        label_s = run_robot_rl(["success", f"dataset.root={other_root}", f"label.model={model_dir}",
                             f"label.out={labelled_root}", "progress=false"], "robot-rl success (label)")
         recorded, episode = read_success(other_root)
         labelled, episode_l = read_success(labelled_root)

@@ -12,7 +12,10 @@ import json
 import logging as _pylogging
 import os
 import struct
+import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,6 +153,24 @@ class RunLogger:
                 self._tensorboard_failed(e)
         if self._wandb is not None:
             self._wandb.finish()
+
+
+@contextmanager
+def step_bar(total: int, desc: str, enabled: bool = True) -> Iterator[Callable[[int, float], None]]:
+    """A tqdm bar on stderr over ``total`` gradient steps; yields ``tick(step, loss)``, the callback a fitting loop
+    calls (the bar moves to ``step`` and shows the loss). Closed when the block ends, raised or not."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit="step", desc=desc, disable=not enabled, file=sys.stderr)
+
+    def tick(step: int, loss: float) -> None:
+        bar.update(step - bar.n)
+        bar.set_postfix(loss=f"{loss:.4f}")
+
+    try:
+        yield tick
+    finally:
+        bar.close()
 
 
 class SilentLogger:

@@ -69,10 +69,10 @@ def progress(cfg: Any) -> Path:
     import dataclasses
 
     from omegaconf import OmegaConf
-    from tqdm import tqdm
 
     from robot_rl.checkpoint import check_new_run_dir
     from robot_rl.cli.config import resolve_device, typed
+    from robot_rl.logging import step_bar
     from robot_rl.rewards.progress import fit_progress
 
     raw = OmegaConf.to_container(cfg, resolve=True)
@@ -84,16 +84,8 @@ def progress(cfg: Any) -> Path:
     run_dir = Path(c.run_dir or f"runs/progress_{root.name}_{stamp}")
     check_new_run_dir(run_dir)
     model_cfg = ProgressConfig(**{f.name: getattr(c, f.name) for f in dataclasses.fields(ProgressConfig)})
-    bar = tqdm(total=c.steps, unit="step", desc="progress model", disable=not c.progress, file=sys.stderr)
-
-    def tick(step: int, loss: float) -> None:
-        bar.update(step - bar.n)
-        bar.set_postfix(loss=f"{loss:.4f}")
-
-    try:  # a DatasetError is a ValueError: the CLI's one-line error, exit 2
+    with step_bar(c.steps, "progress model", c.progress) as tick:  # a DatasetError is a ValueError: exit 2
         model, report = fit_progress(root, model_cfg, resolve_device(c.device), tick, c.dataset.timing_check)
-    finally:
-        bar.close()
     model.save(run_dir)
     (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     voc = report.get("held_out_voc")

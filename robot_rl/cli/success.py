@@ -96,9 +96,9 @@ def success(cfg: Any) -> Path:
     import dataclasses
 
     from omegaconf import OmegaConf
-    from tqdm import tqdm
 
     from robot_rl.cli.config import resolve_device, typed
+    from robot_rl.logging import step_bar
     from robot_rl.rewards.success import CONFIG_FILE, fit_success, label_dataset, load_success
 
     c = typed(SuccessCommand, OmegaConf.to_container(cfg, resolve=True), "")
@@ -122,16 +122,8 @@ def success(cfg: Any) -> Path:
         raise ValueError(f"run_dir={run_dir} already holds a success classifier ({CONFIG_FILE}): give another run_dir "
                          f"(or none: a new timestamped folder)")
     model_cfg = SuccessConfig(**{f.name: getattr(c, f.name) for f in dataclasses.fields(SuccessConfig)})
-    bar = tqdm(total=c.steps, unit="step", desc="success classifier", disable=not c.progress, file=sys.stderr)
-
-    def tick(step: int, loss: float) -> None:
-        bar.update(step - bar.n)
-        bar.set_postfix(loss=f"{loss:.4f}")
-
-    try:  # a DatasetError is a ValueError: the CLI's one-line error, exit 2
+    with step_bar(c.steps, "success classifier", c.progress) as tick:  # a DatasetError is a ValueError: exit 2
         model, report = fit_success(root, model_cfg, device, tick, c.dataset.timing_check, c.progress)
-    finally:
-        bar.close()
     model.save(run_dir)
     (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     held = report.get("held_out", {})
