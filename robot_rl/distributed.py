@@ -11,11 +11,13 @@ What a rank does beyond a one-process run (``ProcessGroup``): rank 0's initial w
 each minibatch's gradients are averaged (one all-reduce of every gradient and the step's scalars together); running
 observation statistics merge every rank's batch; episode statistics, the stopping rule and the run's clock are
 rank 0's view of all ranks' episodes, so every rank stops at the same iteration; rank 0 alone writes the run folder,
-and its checkpoints hold every rank's envs so a resume continues all of them.
+and its checkpoints hold every rank's envs so a resume continues all of them. Nothing crosses between processes
+pickled: tensors, and structures as a JSON skeleton with safetensors bytes (RELIABILITY.md E5).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -110,16 +112,44 @@ class ProcessGroup:
                     t.copy_(flat[offset:offset + t.numel()].view_as(t))
                     offset += t.numel()
 
-    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
-        """Rank ``src``'s ``obj`` (any picklable value) on every rank."""
-        box = [obj]
-        dist.broadcast_object_list(box, src=src)
-        return box[0]
+    def broadcast_text(self, text: str, src: int = 0) -> str:
+        """Rank ``src``'s ``text`` on every rank (UTF-8 bytes in tensors: nothing is unpickled)."""
+        data = torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8) if self.rank == src else None
+        size = torch.tensor([0 if data is None else len(data)], dtype=torch.int64, device=self.device)
+        dist.broadcast(size, src=src)
+        buf = data.to(self.device) if data is not None else torch.empty(int(size), dtype=torch.uint8,
+                                                                            device=self.device)
+        dist.broadcast(buf, src=src)
+        return bytes(buf.cpu().numpy()).decode()
 
-    def gather_objects(self, obj: Any) -> list[Any] | None:
-        """Every rank's ``obj`` in rank order on rank 0 (None elsewhere); every rank must call it."""
-        out: list[Any] | None = [None] * self.world_size if self.main else None
-        dist.gather_object(obj, out, dst=0)
+    def gather_trees(self, tree: Any) -> list[Any] | None:
+        """Every rank's ``tree`` (anything a checkpoint holds: tensors, arrays, JSON scalars in dicts, lists and
+        tuples) in rank order on rank 0, None elsewhere; every rank must call it. Sent as a JSON skeleton and
+        safetensors bytes (``robot_rl.checkpoint.flatten_tree``), never pickled: a peer's bytes cannot run code
+        (RELIABILITY.md E5)."""
+        from safetensors.torch import load as load_tensors
+        from safetensors.torch import save as save_tensors
+
+        from robot_rl.checkpoint import flatten_tree, unflatten_tree
+
+        tensors, skeleton = flatten_tree(tree)
+        head = json.dumps(skeleton).encode()
+        data = len(head).to_bytes(8, "little") + head + save_tensors(tensors)
+        mine = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
+        sizes = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world_size)]
+        dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64, device=self.device))
+        longest = int(max(int(s) for s in sizes))
+        padded = torch.zeros(longest, dtype=torch.uint8, device=self.device)
+        padded[:len(data)] = mine
+        bufs = [torch.empty_like(padded) for _ in range(self.world_size)] if self.main else None
+        dist.gather(padded, bufs, dst=0)
+        if not self.main:
+            return None
+        out = []
+        for buf, size in zip(bufs, sizes, strict=True):
+            raw = bytes(buf[:int(size)].cpu().numpy())
+            n = int.from_bytes(raw[:8], "little")
+            out.append(unflatten_tree(json.loads(raw[8:8 + n]), load_tensors(raw[8 + n:])))
         return out
 
     def check_same(self, tensors: Iterable[torch.Tensor], what: str) -> None:

@@ -91,9 +91,14 @@ def check_same_and_broadcast(group) -> None:
         pass
     else:
         raise AssertionError("check_same missed a one-ulp difference between the ranks")
-    got = group.gather_objects({"rank": group.rank})
-    assert got == ([{"rank": 0}, {"rank": 1}] if group.main else None), got
-    assert group.broadcast_object(f"name-{group.rank}") == "name-0"
+    tree = {"rank": group.rank, "t": torch.arange(3 + group.rank), "pair": (1.5, float("inf")), "none": None}
+    got = group.gather_trees(tree)
+    if group.main:
+        assert [g["rank"] for g in got] == [0, 1] and torch.equal(got[1]["t"], torch.arange(4)), got
+        assert got[1]["pair"] == (1.5, float("inf")) and got[1]["none"] is None
+    else:
+        assert got is None
+    assert group.broadcast_text(f"runs/ü-{group.rank}") == "runs/ü-0"
 
 
 CHECKS = {"gradients": check_gradients, "normalizer": check_normalizer, "advantages": check_advantages,

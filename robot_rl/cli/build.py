@@ -376,7 +376,7 @@ def build_training(cfg: Any) -> Training:
         stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
         run_dir = Path(s.run_dir or f"runs/{task_name}_{algo_name}_{stamp}")
         if group is not None:  # rank 0's clock names the folder
-            run_dir = Path(group.broadcast_object(str(run_dir)))
+            run_dir = Path(group.broadcast_text(str(run_dir)))
         if main:
             check_new_run_dir(run_dir)
     env = make_env(task_name, sim_cfg, task_cfg)

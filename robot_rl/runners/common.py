@@ -223,7 +223,7 @@ class RunnerLoop:
         self.group.check_same(tensors.values(), "learners (networks, normalisers, optimizer state)")
         own = {k: state[k] for k in ("env", "obs", "runner", "rng")}
         own["algo"] = {k: state["algo"][k] for k in local}
-        parts = self.group.gather_objects(None if self.group.main else own)
+        parts = self.group.gather_trees(None if self.group.main else own)
         if not self.group.main:
             return None
         return {**state, "other_ranks": parts[1:]}
