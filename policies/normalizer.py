@@ -45,7 +45,8 @@ class EmpiricalNormalizer(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
-        """Merge a batch [B, *shape] into the statistics; rows holding NaN/inf are ignored. No-op in eval mode."""
+        """Merge a batch [B, *shape] into the statistics (data-parallel: at the next ``sync``); rows holding NaN/inf
+        are ignored. No-op in eval mode."""
         if not self.training:
             return
         x = x.reshape(-1, *self.mean.shape)
@@ -80,8 +81,7 @@ class EmpiricalNormalizer(nn.Module):
         self._merge(n_b, mean_b.view_as(self.mean).to(self.mean.dtype), var_b.view_as(self.var).to(self.var.dtype))
 
     def _merge(self, n_b: int, mean_b: torch.Tensor, var_b: torch.Tensor) -> None:
-        if n_b == 0:
-            return
+        """Chan's merge of a batch of ``n_b`` > 0 rows with mean ``mean_b`` and variance ``var_b``."""
         n = self.count.item()
         total = n + n_b
         delta = mean_b - self.mean
