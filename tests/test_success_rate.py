@@ -32,8 +32,8 @@ def test_a_window_of_180_successes_in_200_reaches_stop_success_rate_0_9():
                            keys.EP_SUCCESS: success}}
     stats.add(info, torch.ones(200, dtype=torch.bool))
     assert stats.summary()["episode/success_rate"] == 0.9
-    assert should_stop(RunLimits(total_steps=10**9, stop_success_rate=0.9), stats, 0, 0.0)
-    assert not should_stop(RunLimits(total_steps=10**9, stop_success_rate=0.905), stats, 0, 0.0)
+    assert should_stop(RunLimits(total_steps=10**9, stop_success_rate=0.9), stats.summary(), 0, 0.0)
+    assert not should_stop(RunLimits(total_steps=10**9, stop_success_rate=0.905), stats.summary(), 0, 0.0)
 
 
 def test_evaluate_takes_each_envs_first_episodes_not_whichever_end_first():
