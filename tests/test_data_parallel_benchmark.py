@@ -17,3 +17,6 @@ def test_arms_launch_one_process_or_torchrun_with_a_thread_each():
     assert "torch.distributed.run" not in one and "sim.num_envs=64" in one and "seed=3" in one
     two = command("2x32", 3, Path("/tmp/r"))
     assert "--nproc-per-node=2" in two and "sim.num_envs=32" in two and two[-1] == "sim.num_threads=1"
+    sac_one, sac_two = command("1x16", 0, Path("/tmp/r"), "flashsac"), command("2x8", 0, Path("/tmp/r"), "flashsac")
+    assert "algo=flashsac" in sac_one and "torch_threads=1" not in sac_one  # its recipe's 2 threads in one process
+    assert "torch_threads=1" in sac_two and "total_steps=200000" in sac_two  # a core each, FlashSAC's budget
