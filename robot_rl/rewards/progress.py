@@ -39,14 +39,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
 from policies import keys
-from policies.safetensors_check import MalformedFileError, load_safetensors
+from policies.safetensors_check import MalformedFileError
 from robot_rl.data.lerobot_format import DatasetError, read_frames, read_meta
 from robot_rl.data.timing import drop_late_episodes
 from robot_rl.models.voc import value_order_correlation
+from robot_rl.rewards.model_folder import load_weights, write_model_folder
 
 CONFIG_FILE, WEIGHTS_FILE = "progress.json", "progress.safetensors"
 HOW_TO_ADD = "record it with `robot-rl collect task=<task> env_state=true dataset.root=DIR ...`"
@@ -178,13 +178,9 @@ class ProgressModel(nn.Module):
 
     def save(self, path: str | Path) -> Path:
         """``progress.json`` (config, sizes, task set, scores) and ``progress.safetensors`` into the folder."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(path / WEIGHTS_FILE))
         meta = {"config": dataclasses.asdict(self.cfg), "obs_dim": self.obs_dim, "obs_column": keys.ENV_STATE_COL,
                 "keep": self.keep, "tasks": self.tasks, "metrics": self.metrics}
-        (path / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        return path
+        return write_model_folder(path, self, meta, CONFIG_FILE, WEIGHTS_FILE)
 
 
 def load_progress(path: str | Path, device: str | torch.device = "cpu") -> ProgressModel:
@@ -199,11 +195,7 @@ def load_progress(path: str | Path, device: str | torch.device = "cpu") -> Progr
         model = ProgressModel(cfg, int(meta["obs_dim"]), list(meta["tasks"]), meta.get("keep"))
     except (ValueError, KeyError, TypeError) as e:
         raise ProgressFileError(path / CONFIG_FILE, f"not a progress model's config ({type(e).__name__}: {e})") from None
-    weights = load_safetensors(path / WEIGHTS_FILE, ProgressFileError)
-    expected = model.state_dict()
-    if set(weights) != set(expected) or any(weights[k].shape != expected[k].shape for k in expected):
-        raise ProgressFileError(path / WEIGHTS_FILE, "holds other tensors than its config describes")
-    model.load_state_dict(weights)
+    load_weights(model, path / WEIGHTS_FILE, ProgressFileError)
     model.metrics = dict(meta.get("metrics", {}))
     return model.to(device).eval()
 

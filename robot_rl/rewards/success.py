@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import nn
 
 from policies import keys
@@ -48,10 +47,11 @@ from policies.flow_vla.encoders import (
     tokenize,
     word_index,
 )
-from policies.safetensors_check import MalformedFileError, load_safetensors
+from policies.safetensors_check import MalformedFileError
 from robot_rl.data.column_copy import check_destination, write_column_copy
 from robot_rl.data.lerobot_format import DatasetError, camera_key, feature_names, read_meta
 from robot_rl.data.lerobot_loader import ChunkDatasetConfig, ChunkSampler
+from robot_rl.rewards.model_folder import load_weights, write_model_folder
 
 CONFIG_FILE, WEIGHTS_FILE = "success.json", "success.safetensors"
 LABELS_FILE = "meta/success_labels.json"  # in a labelled copy: which model, rule and source made its next.success
@@ -263,13 +263,9 @@ class SuccessClassifier(nn.Module):
 
     def save(self, path: str | Path) -> Path:
         """``success.json`` (config, cameras, joints, instructions, scores) and ``success.safetensors``."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(path / WEIGHTS_FILE))
         meta = {"config": dataclasses.asdict(self.cfg), "cameras": self.cameras, "state_names": self.state_names,
                 "tasks": self.tasks, "metrics": self.metrics}
-        (path / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        return path
+        return write_model_folder(path, self, meta, CONFIG_FILE, WEIGHTS_FILE)
 
 
 def load_success(path: str | Path, device: str | torch.device = "cpu") -> SuccessClassifier:
@@ -285,11 +281,7 @@ def load_success(path: str | Path, device: str | torch.device = "cpu") -> Succes
     except (ValueError, KeyError, TypeError) as e:
         raise SuccessFileError(path / CONFIG_FILE, f"not a success classifier's config ({type(e).__name__}: {e})") \
             from None
-    weights = load_safetensors(path / WEIGHTS_FILE, SuccessFileError)
-    expected = model.state_dict()
-    if set(weights) != set(expected) or any(weights[k].shape != expected[k].shape for k in expected):
-        raise SuccessFileError(path / WEIGHTS_FILE, "holds other tensors than its config describes")
-    model.load_state_dict(weights)
+    load_weights(model, path / WEIGHTS_FILE, SuccessFileError)
     model.metrics = dict(meta.get("metrics", {}))
     return model.to(device).eval()
 
