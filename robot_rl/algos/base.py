@@ -109,9 +109,14 @@ class OffPolicyAlgorithm(Algorithm):
     def random_action(self, num_envs: int) -> torch.Tensor:
         """Uniform actions [N, A] for the warm-up."""
 
+    def set_num_envs(self, num_envs: int) -> None:
+        """Size the per-env state (exploration noise, return statistics) for ``num_envs`` envs before training (a
+        remote learner sees every actor's envs). Default: the algorithm keeps none."""
+
     def observe(self, reward: torch.Tensor, terminated: torch.Tensor,
-                truncated: torch.Tensor) -> None:
-        """See each step's outcome (reward scaling statistics, per-env exploration noise)."""
+                truncated: torch.Tensor, envs: slice | None = None) -> None:
+        """See each step's outcome (reward scaling statistics, per-env exploration noise) of all envs, or of the
+        slice ``envs`` of them (a remote learner: one actor's envs)."""
 
 
 class OfflineAlgorithm(Algorithm):

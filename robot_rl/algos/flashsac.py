@@ -113,8 +113,9 @@ class RepeatedNoise:
         self.left.copy_(torch.where(fresh, self.sample_repeats(self.left.shape[0]), self.left) - 1)
         return self.noise
 
-    def reset(self, done: torch.Tensor) -> None:
-        self.left[done] = 0
+    def reset(self, done: torch.Tensor, envs: slice | None = None) -> None:
+        """Fresh noise at the next step of the envs that ended (``done`` [N], or of the slice ``envs``)."""
+        self.left[slice(None) if envs is None else envs][done] = 0
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"noise": self.noise, "left": self.left}
@@ -122,6 +123,11 @@ class RepeatedNoise:
     def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         self.noise.copy_(sd["noise"])
         self.left.copy_(sd["left"])
+
+
+def explore(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """The exploration action tanh(μ + σ·ε) [N, A] for the actor's outputs and held noise ε."""
+    return torch.tanh(mean.float() + log_std.float().exp() * eps)
 
 
 class ReturnScale:
@@ -136,11 +142,14 @@ class ReturnScale:
         zero = torch.zeros((), dtype=torch.float64, device=device)
         self.count, self.mean, self.m2, self.abs_max = zero.clone(), zero.clone(), zero.clone(), zero.clone()
 
-    def update(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> None:
-        self.g = self.gamma * self.g + reward.double()
-        finite = torch.isfinite(self.g)
+    def update(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+               envs: slice | None = None) -> None:
+        """One step of the envs ``envs`` (default: all; a remote learner's actor owns a slice of them)."""
+        sl = slice(None) if envs is None else envs
+        g_all = self.gamma * self.g[sl] + reward.double()
+        finite = torch.isfinite(g_all)
         n_b = finite.sum().double()
-        g = torch.where(finite, self.g, 0.0)
+        g = torch.where(finite, g_all, 0.0)
         mean_b = g.sum() / n_b.clamp_min(1.0)
         m2_b = torch.where(finite, (g - mean_b) ** 2, 0.0).sum()
         total = self.count + n_b
@@ -150,7 +159,7 @@ class ReturnScale:
         self.m2 = torch.where(any_b, self.m2 + m2_b + delta**2 * self.count * n_b / total.clamp_min(1.0), self.m2)
         self.count = total
         self.abs_max = torch.maximum(self.abs_max, g.abs().max())
-        self.g = torch.where(terminated | truncated | ~finite, 0.0, self.g)
+        self.g[sl] = torch.where(terminated | truncated | ~finite, 0.0, g_all)
 
     def scale(self) -> torch.Tensor:
         """float64 [] divisor of rewards (1 before any statistics)."""
@@ -264,17 +273,27 @@ class FlashSAC(OffPolicyAlgorithm):
         self.actor.eval()
         with self._autocast():
             mean, log_std = self._actor_fwd(obs)
-        return torch.tanh(mean.float() + log_std.float().exp() * self.noise())
+        return explore(mean, log_std, self.noise())
 
     def random_action(self, num_envs: int) -> torch.Tensor:
         """Uniform actions in [-1, 1]^A, for the first ``learning_starts`` transitions."""
         return torch.rand(num_envs, self.actor.cfg.action_dim, device=self.device) * 2.0 - 1.0
 
-    def observe(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> None:
-        """After each env step: return statistics for the reward scale; fresh noise for new episodes."""
+    def observe(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+                envs: slice | None = None) -> None:
+        """After each env step (of the envs ``envs``; default all): return statistics for the reward scale; fresh
+        noise for new episodes."""
         if self.cfg.normalize_reward:
-            self.return_scale.update(reward, terminated, truncated)
-        self.noise.reset(terminated | truncated)
+            self.return_scale.update(reward, terminated, truncated, envs)
+        self.noise.reset(terminated | truncated, envs)
+
+    def set_num_envs(self, num_envs: int) -> None:
+        """Per-env state (exploration noise, return statistics) for ``num_envs`` envs, before training starts: a
+        remote learner (``robot_rl.remote``) sees every actor's envs."""
+        self.num_envs = num_envs
+        self.noise = RepeatedNoise(num_envs, self.actor.cfg.action_dim, self.cfg.noise_zeta_s,
+                                   self.cfg.noise_max_repeat, self.device)
+        self.return_scale = ReturnScale(num_envs, self.cfg.gamma, self.cfg.reward_g_max, self.device)
 
     # ----------------------------------------------------------------------------------------------- update
     def update(self, replay: ReplayBuffer, demo: Source | None = None) -> dict[str, float | torch.Tensor]:

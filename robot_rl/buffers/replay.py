@@ -117,6 +117,13 @@ class ReplayBuffer:
         self.pos = (self.pos + 1) % self.rows
         self.size = min(self.size + 1, self.rows)
 
+    def cut_episodes(self) -> None:
+        """End every episode the newest row left running as a time-out: what follows in each env's column belongs
+        to another episode (a remote actor replaced by a new process with new envs). n-step windows stop there."""
+        if self.size:
+            r = (self.pos - 1) % self.rows
+            self.truncated[r] |= ~self.terminated[r]
+
     @property
     def num_interventions(self) -> int:
         """Stored transitions whose action someone other than the policy chose (a person, a recovery policy)."""

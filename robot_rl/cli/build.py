@@ -33,7 +33,7 @@ from robot_rl.algos.base import Algorithm
 from robot_rl.algos.flashsac import FlashSAC, FlashSACConfig
 from robot_rl.algos.ppo import PPO, PPOConfig
 from robot_rl.buffers.replay import ReplayBuffer
-from robot_rl.checkpoint import CheckpointManager, check_resume_compatible, load_checkpoint
+from robot_rl.checkpoint import CheckpointManager, ResumeMismatchError, check_resume_compatible, load_checkpoint
 from robot_rl.cli.config import (
     CheckpointSettings,
     DemoDatasetSettings,
@@ -52,6 +52,7 @@ from robot_rl.hil.agent import InterventionAgent
 from robot_rl.logging import LoggerConfig, RunLogger, SilentLogger
 from robot_rl.models.critics import CriticConfig, MLPCritic
 from robot_rl.models.q_critics import CategoricalQ, CategoricalQConfig
+from robot_rl.remote.settings import RemoteSettings
 from robot_rl.runners.common import RunLimits, available_cores
 from robot_rl.runners.off_policy import OffPolicyRunner, OffPolicyRunnerConfig
 from robot_rl.runners.on_policy import OnPolicyRunner, OnPolicyRunnerConfig
@@ -353,8 +354,11 @@ def build_training(cfg: Any) -> Training:
     demo_s = typed(DemoDatasetSettings, raw.pop("demo_dataset"), "demo_dataset")
     hil_s = typed(HilSettings, raw.pop("hil"), "hil")
     reward_s = typed(RewardSettings, raw.pop("reward"), "reward")
+    remote_s = typed(RemoteSettings, raw.pop("remote"), "remote")
     s = typed(TrainSettings, raw, "")
     group = from_environment(resolve_device(s.device))  # under torchrun: this process's rank (None alone)
+    if remote_s.listen is not None:
+        check_remote_learner(group, demo_s, hil_s, reward_s, task_raw.get("name"), algo_raw.get("name"))
     device = rank_device(resolve_device(s.device), group)
     main = group is None or group.main  # the process that writes the run folder, logs and evaluates
     task_name, algo_name = task_raw.pop("name"), algo_raw.pop("name")
@@ -397,9 +401,12 @@ def build_training(cfg: Any) -> Training:
             "task_config": dataclasses.asdict(task_cfg), "config": full}
     if group is not None:
         meta["world_size"] = group.world_size
+    if remote_s.listen is not None:
+        meta["remote_actors"] = remote_s.actors
     if ckpt is not None:  # another task or algorithm first, then what else cannot continue (nothing written yet)
         check_resume_compatible(ckpt.meta, meta)
         check_world_size(int(ckpt.meta.get("world_size", 1)), 1 if group is None else group.world_size, ckpt.path)
+        check_remote_resume(ckpt.meta.get("remote_actors"), meta.get("remote_actors"), ckpt.path)
         check_resume_point(ckpt.path, run_dir, ckpt.meta.get("config", {}), sim_cfg.num_envs)
         if main:
             _warn_changed(ckpt.meta.get("config", {}), full)
@@ -420,7 +427,15 @@ def build_training(cfg: Any) -> Training:
         warning = thread_warning(threads, cores, other_load(0.1)) if main else None
         if warning:
             print(warning, file=sys.stderr)
-    runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta, demo, update_threads, hil)
+    if remote_s.listen is not None:  # a learner fed by remote actors (robot_rl.remote)
+        from robot_rl.remote.learner import RemoteLearnerRunner
+
+        shared = {f.name: getattr(s, f.name) for f in dataclasses.fields(RunLimits)}
+        runner = RemoteLearnerRunner(env, algo, typed(OffPolicyRunnerConfig, {**shared, **runner_keys}, "algo"),
+                                     logger, checkpoints, meta, remote_s, run_dir)
+    else:
+        runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta, demo, update_threads,
+                              hil)
     runner.group = group
     if ckpt is not None:
         runner.restore(ckpt)
@@ -432,6 +447,30 @@ def build_training(cfg: Any) -> Training:
         logger.truncate_curve(0)
     return Training(full, s, ckpt_s, eval_s, task_name, task_cfg, sim_cfg, device, env, algo, runner, logger,
                     run_dir, group)
+
+
+def check_remote_learner(group: ProcessGroup | None, demo: DemoDatasetSettings, hil: HilSettings,
+                         reward: RewardSettings, task: str | None, algo: str | None) -> None:
+    """What a learner fed by remote actors does not combine with, refused before anything is built."""
+    if algorithm_entry(str(algo)).runner is not OffPolicyRunner:
+        raise ValueError(f"remote.listen: remote actors feed an off-policy learner (algo=flashsac); algo={algo} "
+                         "learns from its own current policy's rollouts")
+    clash = [name for name, on in (("torchrun (data-parallel)", group is not None),
+                                   ("demo_dataset.root", demo.root is not None), ("hil.person", hil.person is not None),
+                                   ("reward.progress", reward.progress is not None)) if on]
+    if clash:
+        raise ValueError(f"remote.listen does not combine with {', '.join(clash)} yet: the actors step the envs, so "
+                         f"those run there; train task={task} in one process for them")
+
+
+def check_remote_resume(was: Any, now: Any, path: Path) -> None:
+    """A remote learner resumes only as one with the same actor slots; an in-process run only as one."""
+    if was != now:
+        def what(x: Any) -> str:
+            return "an in-process run" if x is None else f"a remote learner of {x} actor slots (remote.actors)"
+
+        raise ResumeMismatchError(f"{path} was written by {what(was)}; this run is {what(now)}: resume it as it "
+                                  "was started")
 
 
 def check_resume_point(path: Path, run_dir: Path, config: dict[str, Any], num_envs: int) -> None:

@@ -24,6 +24,8 @@ commands:
   train   train a policy:   robot-rl train task=so101_reach algo=ppo|flashsac sim=mujoco [total_steps=...] [resume=PATH]
                             robot-rl train sim=isaaclab task=isaaclab task.id=Isaac-Cartpole algo=ppo|flashsac
                             data-parallel: torchrun --standalone --nproc-per-node P -m robot_rl.cli.main train ...
+                            a learner for remote actors: robot-rl train algo=flashsac remote.listen=HOST:PORT remote.actors=K
+  actor   act for a learner: robot-rl actor task=TASK remote.address=HOST:PORT remote.actor_id=I remote.token_file=F
   collect record episodes:  robot-rl collect task=so101_pick episodes=N dataset.root=DIR [policy=PATH] [quality=1.0]
   eval    evaluate / film:  robot-rl eval checkpoint=PATH [num_episodes=100] [task=TASK (an offline run's)]
   offline train on logged data: robot-rl offline algo=bc|recap|awr dataset.root=DIR [steps=N] [max_minutes=M] [resume=PATH]
@@ -259,7 +261,14 @@ def success(cfg: Any) -> Any:
     return run_success(cfg)
 
 
-COMMANDS = {"train": train, "eval": evaluate_checkpoint, "collect": collect, "offline": offline, "recap": recap,
+def actor(cfg: Any) -> Any:
+    """``robot-rl actor``: act for a remote learner (robot_rl/cli/actor.py)."""
+    from robot_rl.cli.actor import actor as run_actor
+
+    return run_actor(cfg)
+
+
+COMMANDS = {"train": train, "actor": actor, "eval": evaluate_checkpoint, "collect": collect, "offline": offline, "recap": recap,
             "deploy": deploy, "record": record, "progress": progress, "success": success}
 
 

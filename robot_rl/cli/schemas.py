@@ -23,6 +23,7 @@ from robot_rl.cli.config import (
     TrainSettings,
 )
 from robot_rl.logging import LoggerConfig
+from robot_rl.remote.settings import RemoteSettings
 
 
 @dataclass
@@ -36,6 +37,7 @@ class TrainSchema(TrainSettings):
     demo_dataset: DemoDatasetSettings = field(default_factory=DemoDatasetSettings)
     hil: HilSettings = field(default_factory=HilSettings)
     reward: RewardSettings = field(default_factory=RewardSettings)
+    remote: RemoteSettings = field(default_factory=RemoteSettings)
     task: Any = None
     sim: Any = None
     algo: Any = None
@@ -57,6 +59,9 @@ def register_configs() -> None:
     from robot_rl.cli.collect import CollectCommand
 
     cs.store(name="collect_schema", node=CollectCommand)
+    from robot_rl.cli.actor import ActorCommand
+
+    cs.store(name="actor_schema", node=ActorCommand)
     for name, node in algo_schemas().items():  # configs/algo/<name>.yaml start from algo/<name>_schema
         cs.store(group="algo", name=f"{name}_schema", node=node)
     for name, node in task_schemas().items():  # configs/task/<name>.yaml start from task/<name>_schema

@@ -1,0 +1,48 @@
+"""``robot-rl actor``: one actor of a remote learner (``robot-rl train remote.listen=...``), robot_rl/remote."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from robot_rl.remote.settings import RemoteSettings
+
+
+@dataclass
+class ActorCommand:
+    """configs/actor.yaml: ``robot-rl actor`` (``task`` and ``sim`` are the groups chosen by name; they must be the
+    learner's task and ``sim.num_envs``)."""
+
+    seed: int = 0  # env.reset seed (give each actor its own)
+    torch_threads: int = 1  # torch intra-op threads for the policy's forward pass
+    max_steps: int | None = None  # vector steps at most (None: until the learner stops)
+    remote: RemoteSettings = field(default_factory=RemoteSettings)
+    task: Any = None
+    sim: Any = None
+
+
+def actor(cfg: Any) -> dict[str, Any]:
+    """Build the env, act for the learner until it stops, print what happened as JSON (stdout)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from robot_rl.cli.build import build_env, seed_everything
+    from robot_rl.cli.config import typed
+    from robot_rl.remote.actor import run_actor
+
+    raw = OmegaConf.to_container(cfg, resolve=True)
+    task_raw, sim_raw = raw.pop("task"), raw.pop("sim")
+    remote = typed(RemoteSettings, raw.pop("remote"), "remote")
+    s = typed(ActorCommand, raw, "")
+    seed_everything(s.seed)
+    torch.set_num_threads(s.torch_threads)
+    env = build_env(task_raw, sim_raw)
+    with env:
+        report = run_actor(env, remote, task_raw["name"], s.seed, s.max_steps)
+    out = asdict(report)
+    print(json.dumps(out))
+    if report.holds:
+        print(f"actor {remote.actor_id}: held {report.holds} time(s), {report.hold_s:.1f} s in all", file=sys.stderr)
+    return out
