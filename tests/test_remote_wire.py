@@ -151,10 +151,13 @@ def served():
     server.stop(0)
 
 
+def _hello_header(**over) -> dict:
+    return {"actor_id": 0, "task": "so101_reach", "num_envs": 2, "action_dim": 3, "obs_shapes": {"policy": [4]},
+            "session": "a1", **over}
+
+
 def _hello(**over) -> bytes:
-    h = {"kind": "hello", "actor_id": 0, "task": "so101_reach", "num_envs": 2, "action_dim": 3,
-         "obs_shapes": {"policy": [4]}, "session": "a1"}
-    return wire.encode({**h, **over})
+    return wire.encode({"kind": "hello", **_hello_header(**over)})
 
 
 def test_a_client_without_the_token_is_refused(served):
@@ -268,6 +271,12 @@ def test_a_push_is_stored_once_and_gaps_are_counted(served):
     client.close()
 
 
+def _link(port: int, tmp: Path, heartbeat_s: float, deadline_s: float) -> ActorLink:
+    """An actor's link (the served fixture's actor) to the learner on ``port``."""
+    return ActorLink(LearnerClient(f"127.0.0.1:{port}", TOKEN), _hello_header(), Spool(tmp / "spool"), heartbeat_s,
+                     deadline_s)
+
+
 def test_link_retries_a_corrupted_chunk_and_gets_the_policy(served, tmp_path: Path, monkeypatch):
     """A network that flips a byte in one chunk the first time (a fake for a transport fault): the link counts a
     chunk error, asks again, and takes the intact blob."""
@@ -288,9 +297,7 @@ def test_link_retries_a_corrupted_chunk_and_gets_the_policy(served, tmp_path: Pa
 
     monkeypatch.setattr(hub, "parameters", flaky)
     server, port2 = serve(hub.handlers(), "127.0.0.1:0", TOKEN)
-    link = ActorLink(LearnerClient(f"127.0.0.1:{port2}", TOKEN),
-                     {"actor_id": 0, "task": "so101_reach", "num_envs": 2, "action_dim": 3,
-                      "obs_shapes": {"policy": [4]}, "session": "s"}, Spool(tmp_path / "spool"), 0.05, 2.0)
+    link = _link(port2, tmp_path, 0.05, 2.0)
     link.start()
     try:
         deadline = time.monotonic() + 20
@@ -310,9 +317,7 @@ def test_link_detects_a_lost_learner_within_the_deadline(tmp_path: Path):
     says hello again (a reconnect) when a learner serves on that port again."""
     hub = LearnerHub(Spec("so101_reach", 2, 3, {"policy": (4,)}, {"policy": torch.float32}), actors=1)
     server, port = serve(hub.handlers(), "127.0.0.1:0", TOKEN)
-    link = ActorLink(LearnerClient(f"127.0.0.1:{port}", TOKEN),
-                     {"actor_id": 0, "task": "so101_reach", "num_envs": 2, "action_dim": 3,
-                      "obs_shapes": {"policy": [4]}, "session": "s"}, Spool(tmp_path / "spool"), 0.2, 1.0)
+    link = _link(port, tmp_path, 0.2, 1.0)
     link.start()
     try:
         deadline = time.monotonic() + 10

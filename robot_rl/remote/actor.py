@@ -172,7 +172,7 @@ def _loop(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: i
                 report.holds += 1
                 print(f"actor {s.actor_id}: learner lost ({st.missed} calls failed); holding", file=sys.stderr)
             t0 = time.monotonic()
-            time.sleep(0.02)
+            link.wait_change(0.05)
             report.hold_s += time.monotonic() - t0
             continue
         if holding:
@@ -181,7 +181,7 @@ def _loop(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: i
         if 0 <= st.allowed <= report.vector_steps:  # ahead of the training: wait for it
             t0 = time.monotonic()
             link.held(report.vector_steps)
-            time.sleep(0.001)
+            link.wait_change(0.05)
             report.wait_s += time.monotonic() - t0
             continue
         link.held(-1)
