@@ -138,8 +138,9 @@ class LearnerHub:
         a, slot = self._slot(header)
         seq, steps = wire.field(header, "seq", int), wire.field(header, "steps", int)
         if wire.field(header, "session", str) != slot.session:
-            raise WireError(f"actor {a}: a push from session {header.get('session')!r} before its hello (the "
-                            f"slot's session is {slot.session!r}): say hello first")
+            raise WireError(f"actor {a}: a push from actor process {header.get('session')!r}, but the slot belongs "
+                            f"to {slot.session or 'nobody'!r} (another actor said hello on it since, or this one never "
+                            "did): one actor process per remote.actor_id")
         self._check(a, steps, tensors)
         with self.lock:
             slot.last_seen = time.monotonic()

@@ -91,6 +91,7 @@ class RemoteLearnerRunner(RunnerLoop):
         self.updates = 0
         self.obs: dict[str, torch.Tensor] | None = None
         self.server: Any = None
+        self.saved: tuple[list[int], int] | None = None  # (stored, updates) at the last checkpoint
         self.port = 0
 
     # ------------------------------------------------------------------------------------------- service
@@ -223,7 +224,10 @@ class RemoteLearnerRunner(RunnerLoop):
 
     # ------------------------------------------------------------------------------------------- state
     def save(self) -> None:
-        """Checkpoint now; then the actors may forget every message it holds."""
+        """Checkpoint now, unless nothing arrived and nothing was learned since the last one (a learner waiting for
+        its actors); then the actors may forget every message it holds."""
+        if self.saved == (self.stored, self.updates):
+            return
         received = list(self.stored)  # not the hub's count: messages still queued are not in this checkpoint
         runner = {"iteration": self.iteration, "env_steps": self.env_steps, "elapsed_s": self.elapsed_s,
                   "update_debt": self.update_debt, "updates": self.updates, "stats": self.stats.state_dict(),
@@ -235,6 +239,7 @@ class RemoteLearnerRunner(RunnerLoop):
         self.checkpoints.save(self.iteration, state, {**self.meta, "env_steps": self.env_steps},
                               policy=self.algo.policy, score=self.episode_summary().get("episode/return"))
         self.hub.commit(received)
+        self.saved = (received, self.updates)
 
     def restore(self, ckpt: Checkpoint) -> None:
         runner = self.restore_state(ckpt)
@@ -250,3 +255,4 @@ class RemoteLearnerRunner(RunnerLoop):
         self.steps = [int(x) for x in remote["steps"]]
         self.stored = [int(x) for x in remote["received"]]
         self.hub.restore(self.stored, self.steps)
+        self.saved = (list(self.stored), self.updates)
