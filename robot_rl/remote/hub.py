@@ -5,8 +5,7 @@ RPC threads (``robot_rl.remote.service``) validate each actor's messages and que
 actor's allowance and marks what its checkpoints hold as committed. Nothing here trains or blocks on training.
 
 Per actor slot (``actor_id`` in ``0 .. actors - 1``) the hub keeps the last sequence number received, the last one
-inside a checkpoint (``committed``), the vector steps received and the steps the actor may have taken
-(``allowed``; -1 = no limit). A message at or below ``received`` is a duplicate (acknowledged, not stored); one
+inside a checkpoint (``committed``) and the vector steps the actor may have taken (``allowed``; -1 = no limit). A message at or below ``received`` is a duplicate (acknowledged, not stored); one
 past a gap is stored and the gap counted as lost.
 """
 
@@ -26,8 +25,6 @@ from robot_rl.remote import wire
 from robot_rl.remote.wire import Busy, WireError
 
 LONG_POLL_S = 0.5  # the longest a held actor's status call waits for its allowance (< any sane deadline_s)
-STEP_FIELDS = ("action", "reward", "terminated", "truncated", "faulted", "actor", "ep_return", "ep_length",
-               "ep_success")
 
 
 @dataclass
@@ -36,7 +33,6 @@ class Slot:
 
     received: int = -1  # last sequence number stored
     committed: int = -1  # last sequence number a checkpoint holds
-    steps: int = 0  # vector steps received
     allowed: int = -1  # vector steps the actor may have taken (-1: no limit)
     session: str = ""  # the actor process's id: a new one means new envs (the runner cuts its episodes)
     new_session: bool = False  # a new session said hello; its first stored message says so
@@ -150,7 +146,7 @@ class LearnerHub:
                 if self.queued_steps + steps > self.max_queued_steps:
                     raise Busy(f"learner queue full ({self.queued_steps} vector steps waiting): retry later")
                 slot.lost += seq - slot.received - 1
-                slot.received, slot.steps = seq, slot.steps + steps
+                slot.received = seq
                 self.queue.append(Batch(a, seq, steps, slot.new_session, tensors))
                 slot.new_session = False
                 self.queued_steps += steps
@@ -239,13 +235,12 @@ class LearnerHub:
             self.stop = True
             self.changed.notify_all()
 
-    def restore(self, received: list[int], steps: list[int]) -> None:
+    def restore(self, received: list[int]) -> None:
         """A resumed learner: each slot continues after what its checkpoint holds (``received``: the last message
-        stored in it per slot; ``steps``: the vector steps stored)."""
+        stored in it, per slot)."""
         with self.lock:
-            for slot, r, n in zip(self.slots, received, steps, strict=True):
+            for slot, r in zip(self.slots, received, strict=True):
                 slot.received = slot.committed = r
-                slot.steps = n
 
     def all_told(self) -> bool:
         """Every actor that ever said hello has had an answer since ``stop`` was set (or is gone 5 s)."""

@@ -254,5 +254,5 @@ class RemoteLearnerRunner(RunnerLoop):
             r.load_state_dict(sd)
         self.steps = [int(x) for x in remote["steps"]]
         self.stored = [int(x) for x in remote["received"]]
-        self.hub.restore(self.stored, self.steps)
+        self.hub.restore(self.stored)
         self.saved = (list(self.stored), self.updates)

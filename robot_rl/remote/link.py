@@ -22,6 +22,8 @@ from robot_rl.remote.service import LearnerClient
 from robot_rl.remote.spool import Spool
 from robot_rl.remote.wire import ChunkError, WireError
 
+PULL_DEADLINE_S = 300.0  # a whole policy transfer (1 GiB took 8.9 s on localhost; a slow link needs more)
+
 
 class RemoteRefused(ValueError):
     """The learner refused this actor for good (bad token, another task or env size): retrying cannot help."""
@@ -159,7 +161,7 @@ class ActorLink:
         parts = wire.Reassembler()
         request = wire.encode({"kind": "pull", "version": self.state.version, "session": self.session})
         try:
-            for chunk in self.client.stream("Parameters", request, max(self.deadline_s * 10, 30.0)):
+            for chunk in self.client.stream("Parameters", request, PULL_DEADLINE_S):
                 done = parts.add(chunk)
                 if done is not None:
                     blob, header = done
