@@ -104,3 +104,16 @@ def test_two_actors_fill_their_own_slots(tmp_path: Path):
     assert runner["env_steps"] == total >= 3000
     # each actor's own envs (seeded apart) are in its own slot: the first observations differ
     assert not torch.equal(runner["replays"][0]["obs"]["policy"][0], runner["replays"][1]["obs"]["policy"][0])
+
+
+def test_a_learner_waiting_for_actors_stops_on_its_clock_and_writes_one_checkpoint(tmp_path: Path):
+    """No actor ever comes: the learner's iterations still end (every 2 s), max_minutes stops it, and a checkpoint
+    is not rewritten while nothing new arrived (checkpoint_every=1 would otherwise write one per iteration)."""
+    run = tmp_path / "run"
+    out = subprocess.run(cli("train", "task=so101_reach", "algo=flashsac", f"remote.listen=127.0.0.1:{free_port()}",
+                             "max_minutes=0.12", "checkpoint_every=1", "eval.enabled=false", "logger.progress=false",
+                             "logger.tensorboard=false", f"run_dir={run}"), check=False, env=env_vars(),
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(list((run / "checkpoints").glob("iter_*"))) == 1
+    assert len((run / "curve.jsonl").read_text().splitlines()) >= 3
