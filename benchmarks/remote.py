@@ -223,7 +223,7 @@ def blob_transfer(size: int = 2**30) -> dict[str, Any]:
             "intact": ok}
 
 
-def plot(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
+def plot(runs: dict[str, list[dict[str, Any]]], path: Path, labels: dict[str, str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -237,11 +237,21 @@ def plot(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
             if vals:
                 ax.bar(i, statistics.median(vals), color=f"C{i}", alpha=0.6)
                 ax.scatter([i] * len(vals), vals, color="k", s=12, zorder=3)
-        labels = {"one": "one process\n16 envs", "split": "learner + actor\n16 envs"}
-        ax.set_xticks(range(len(runs)), [labels[arm] for arm in runs])
+        names = labels or {"one": "one process\n16 envs", "split": "learner + actor\n16 envs"}
+        ax.set_xticks(range(len(runs)), [names[arm] for arm in runs])
         ax.set_ylabel(label)
     fig.suptitle("FlashSAC so101_reach: actor/learner split vs one process (bars: medians, dots: seeds)")
     save_figure(fig, path)
+
+
+def replot(out: Path) -> None:
+    """remote.png from remote.json: the headline arms, and the lead-8 run where the JSON has it."""
+    d = json.loads((out / "remote.json").read_text())
+    runs, labels = dict(d["runs"]), {"one": "one process\n16 envs", "split": "learner + actor\nlead 64, every 20"}
+    if "split_lead8_publish2" in d:
+        runs["split_lead8"] = d["split_lead8_publish2"]["runs"]
+        labels["split_lead8"] = "learner + actor\nlead 8, every 2"
+    plot(runs, out / "remote.png", labels)
 
 
 def main() -> None:
@@ -253,7 +263,11 @@ def main() -> None:
     p.add_argument("--arms", nargs="+", default=["one", "split"], choices=["one", "split"])
     p.add_argument("--learner-args", nargs="*", default=[], help="extra learner settings of the split arm")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--replot", action="store_true", help="redraw the PNG from the JSON in --out; no runs")
     a = p.parse_args()
+    if a.replot:
+        replot(a.out)
+        return
     data: dict[str, Any] = {"train_command": " ".join(["robot-rl", *TRAIN]), "cores": os.cpu_count()}
     goals = []
     if not a.skip_learning:

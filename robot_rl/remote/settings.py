@@ -17,8 +17,11 @@ class RemoteSettings:
     # learner
     listen: str | None = None  # HOST:PORT to serve actors on (port 0: any free one); set: this run is a learner
     actors: int = 1  # actor slots (remote.actor_id 0 .. actors - 1)
-    publish_every: int = 20  # gradient updates between published policies
-    max_lead_steps: int | None = 64  # vector steps an actor may run ahead of what the learner has trained on, at
+    # How stale the acting policy may get. FlashSAC so101_reach, 3 seeds (benchmarks/results/remote.json): a lead of 64
+    # with a policy every 20 updates needed a median 84.5 k env steps to 90 % (1.55x one process's 54.5 k); 8 and 2,
+    # 58.9 k (1.08x) in the same median wall-clock (109 s vs 110 s). Raise publish_every for large policies (a VLA).
+    publish_every: int = 2  # gradient updates between published policies
+    max_lead_steps: int | None = 8  # vector steps an actor may run ahead of what the learner has trained on, at
     # the algorithm's updates per step (null: actors never wait, as a real robot's time is worth more)
     # actor
     address: str | None = None  # the learner's HOST:PORT
