@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save as st_save
 
 from policies import keys
-from policies.persistence import save_policy
+from policies.persistence import PROCESSOR_PREFIX, WEIGHTS_FILE, save_policy
 from robot_rl.algos.base import OffPolicyAlgorithm
 from robot_rl.buffers.interventions import Sources
 from robot_rl.buffers.replay import ReplayBuffer
@@ -38,12 +39,28 @@ from robot_rl.runners.off_policy import OffPolicyRunnerConfig, mean_stats
 ADDRESS_FILE = "remote_address"  # in the run folder: HOST:PORT the learner serves on (the port it really got)
 
 
-def policy_blob(policy: Any, version: int) -> bytes:
-    """The policy as an exported folder (``save_policy``) packed into one wire message."""
-    with tempfile.TemporaryDirectory(prefix="robot_rl_publish_") as tmp:
-        save_policy(policy, tmp)
-        files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
-    return wire.pack_folder(files, {"version": version})
+class PolicyPublisher:
+    """Each published version of the policy as an exported folder (``save_policy``'s files) packed into one wire
+    message. The folder's other files (config, processor) are written once and reused while the processor's
+    statistics stay as they were; the weights are serialised in memory each time (a publish every 2 updates would
+    otherwise write and read the whole folder on disk each time)."""
+
+    def __init__(self) -> None:
+        self.static: dict[str, bytes] = {}  # the folder's files but the weights
+        self.processor: dict[str, torch.Tensor] | None = None  # the statistics they were written with
+
+    def blob(self, policy: Any, version: int) -> bytes:
+        proc = {k: v.detach().cpu().clone() for k, v in policy.processor.state_dict().items()}
+        old = self.processor
+        if old is None or old.keys() != proc.keys() or not all(torch.equal(old[k], v) for k, v in proc.items()):
+            with tempfile.TemporaryDirectory(prefix="robot_rl_publish_") as tmp:
+                save_policy(policy, tmp)
+                self.static = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir())
+                               if p.is_file() and p.name != WEIGHTS_FILE}
+            self.processor = proc
+        weights = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()
+                   if not k.startswith(PROCESSOR_PREFIX)}
+        return wire.pack_folder({**self.static, WEIGHTS_FILE: st_save(weights)}, {"version": version})
 
 
 class RemoteLearnerRunner(RunnerLoop):
@@ -91,6 +108,7 @@ class RemoteLearnerRunner(RunnerLoop):
         self.updates = 0
         self.obs: dict[str, torch.Tensor] | None = None
         self.server: Any = None
+        self.publisher = PolicyPublisher()
         self.saved: tuple[list[int], int] | None = None  # (stored, updates) at the last checkpoint
         self.port = 0
 
@@ -114,7 +132,7 @@ class RemoteLearnerRunner(RunnerLoop):
         host = s.listen.rsplit(":", 1)[0]
         (self.run_dir / ADDRESS_FILE).write_text(f"{host}:{self.port}\n")
         if self.hub.version == 0 and self.updates > 0:  # resumed: the actors get the restored policy at once
-            self.hub.publish(policy_blob(self.algo.policy, 1))
+            self.hub.publish(self.publisher.blob(self.algo.policy, 1))
         print(f"learner: serving {s.actors} actor slot(s) of {self.env.num_envs} envs on {host}:{self.port} "
               f"(robot-rl actor remote.address={host}:{self.port} remote.actor_id=0..{s.actors - 1})",
               file=sys.stderr)
@@ -198,7 +216,7 @@ class RemoteLearnerRunner(RunnerLoop):
                     losses.setdefault(k, []).append(v)
                 self.updates += 1
                 if self.updates == 1 or self.updates % self.settings.publish_every == 0:
-                    hub.publish(policy_blob(algo.policy, hub.version + 1))
+                    hub.publish(self.publisher.blob(algo.policy, hub.version + 1))
                 update_s += time.perf_counter() - t0
             else:
                 hub.arrived.wait(0.01)
