@@ -198,12 +198,19 @@ def test_a_task_recipe_overrides_the_algorithm_defaults_and_the_command_line_ove
     (["algo.entropy_cof=0.1"], "unknown config key 'algo.entropy_cof' (did you mean 'algo.entropy_coef'?)"),
     (["task=so101_lift", "task.reward_weights.pad=0.5"], "(did you mean 'task.reward_weights.pads'?)"),
     (["algo.policy.xyz=1"], "the keys under algo.policy are ['hidden_dims',"),  # nothing alike: what stands there
+    (["num_envs=3"], "(did you mean 'eval.num_envs' or 'sim.num_envs'"),  # nothing alike here: the key elsewhere
 ])
 def test_a_misspelled_key_is_an_error_naming_it_and_the_key_meant(overrides, expected, capsys):
     """Not Hydra's "use +key=..." (which the schema would refuse next): the key, the one meant, or the keys there."""
     assert main(["train", *overrides]) == 2
     err = capsys.readouterr().err
     assert expected in err and "To append" not in err, err
+
+
+def test_a_key_of_another_commands_layout_points_to_where_it_stands(capsys):
+    """`robot-rl eval` takes its settings at the top level: eval.episodes (train's layout) names num_episodes."""
+    assert main(["eval", "checkpoint=x", "eval.episodes=4"]) == 2
+    assert "unknown config key 'eval.episodes' (did you mean 'num_episodes'" in capsys.readouterr().err
 
 
 def test_an_unknown_choice_names_the_real_choices_and_a_missing_setting_is_named(capsys):

@@ -232,7 +232,7 @@ def explain_unknown_override(error: str, overrides: list[str], compose: Callable
         node = compose([o for o in overrides if o.lstrip("+~").split("=", 1)[0] != key])
     except Exception:  # noqa: BLE001 - another override is at fault too: Hydra's message stands
         return error
-    parts = key.split(".")
+    parts, root = key.split("."), node
     for depth, part in enumerate(parts):
         where = ".".join(parts[:depth])
         if not isinstance(node, DictConfig):
@@ -240,10 +240,32 @@ def explain_unknown_override(error: str, overrides: list[str], compose: Callable
         if part not in node:
             options = [str(k) for k in node]
             prefix = f"{where}." if where else ""
-            return (f"unknown config key {key!r}{did_you_mean(part, options, prefix)}; the keys under "
-                    f"{where or 'the top level'} are {options}")
+            # Nothing alike here: a key of that name elsewhere (eval.episodes given to `robot-rl eval`, whose
+            # num_episodes stands at the top level).
+            hint = did_you_mean(part, options, prefix) or _elsewhere(parts[-1], root)
+            return f"unknown config key {key!r}{hint}; the keys under {where or 'the top level'} are {options}"
         node = node[part]
     return error
+
+
+def _elsewhere(name: str, root: Any) -> str:
+    """`` (did you mean 'x.y'?)`` for the keys anywhere under ``root`` whose last part is spelled like ``name``."""
+    from omegaconf import DictConfig
+
+    paths: dict[str, list[str]] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        for k in node:
+            path = f"{prefix}{k}"
+            paths.setdefault(str(k), []).append(path)
+            child = node._get_node(k)  # not node[k]: a missing value (???) must not raise here
+            if isinstance(child, DictConfig):
+                walk(child, f"{path}.")
+
+    walk(root, "")
+    close = difflib.get_close_matches(name, list(paths), n=3, cutoff=0.6)
+    found = [p for c in close for p in paths[c]][:3]
+    return f" (did you mean {' or '.join(map(repr, found))}?)" if found else ""
 
 
 def resolve_device(name: str) -> torch.device:
