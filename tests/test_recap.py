@@ -141,3 +141,11 @@ def test_value_training_settings_out_of_range_are_refused(bad, words):
     with pytest.raises(ValueError, match=f"value {words}"):
         ValueTrainConfig(**bad)
     ValueTrainConfig(steps=1, batch_size=1, eval_batch_size=1, learning_rate=1e-9, max_grad_norm=1e-9)  # the edges
+
+
+def test_a_score_the_data_cannot_give_is_logged_with_the_reason_not_as_nan():
+    """Every episode a success: success AUC is undefined, and the log says why instead of printing 'nan'."""
+    from robot_rl.algos.advantages import _score
+
+    assert _score(0.8766, "needs successes and failures") == "0.877"
+    assert _score(float("nan"), "needs successes and failures") == "n/a (needs successes and failures)"

@@ -123,8 +123,14 @@ def prepare_advantages(sampler: Any, cfg: AdvantageConfig, run_dir: Path, device
     write_sidecar(labels, labels_dir, {"dataset": fingerprint, "settings": settings, "summary": summary})
     print(f"{name}: labelled {len(values)} frames: {labels.positive_fraction:.2f} positive "
           f"({int(labels.intervention.sum())} correction frames), value MAE {summary['value_mae']:.3f}, "
-          f"VOC {summary['voc']:.3f}, success AUC {summary['success_auc']:.3f}", file=sys.stderr)
+          f"VOC {_score(summary['voc'], 'no successful episode')}, "
+          f"success AUC {_score(summary['success_auc'], 'needs successes and failures')}", file=sys.stderr)
     return labels, summary
+
+
+def _score(value: float, why_none: str) -> str:
+    """A score for the log, or why there is none (NaN: the episodes it needs are not in the data)."""
+    return f"{value:.3f}" if np.isfinite(value) else f"n/a ({why_none})"
 
 
 def value_scores(labels: Labels, success: np.ndarray) -> dict[str, float]:
