@@ -11,8 +11,13 @@
    o' -> o chain of every env).
 3. E3: a 1 GiB parameter blob through the learner's ``Parameters`` stream on localhost, reassembled and checked.
 
+With ``--demos N``: N scripted demonstrations (``robot-rl collect ... env_state=true``) as both arms'
+``demo_dataset`` (RLPD's 50/50 batches; with the split they stay with the learner), written to
+``remote_demos.json`` / ``.png`` beside the runs without demos that ``remote.json`` holds.
+
     python benchmarks/remote.py                 # 2 seeds + drill + 1 GiB: ~15 min on 2 cores
     python benchmarks/remote.py --seeds 1 --skip-blob --out /tmp/res
+    python benchmarks/remote.py --seeds 3 --demos 50 --skip-drill --skip-blob   # remote_demos.json: ~11 min
 """
 
 from __future__ import annotations
@@ -71,10 +76,10 @@ def curve_to_90(run_dir: Path) -> dict[str, Any]:
             "wall_s": round(last["wall_s"], 2), "env_steps_per_s": round(last["env_steps"] / last["wall_s"], 1)}
 
 
-def run_one(seed: int) -> dict[str, Any]:
+def run_one(seed: int, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        p = subprocess.run(cli(*TRAIN, f"seed={seed}", f"run_dir={run_dir}"), cwd=ROOT, env=env_vars(),
+        p = subprocess.run(cli(*TRAIN, f"seed={seed}", f"run_dir={run_dir}", *extra), cwd=ROOT, env=env_vars(),
                            capture_output=True, text=True, check=False)
         if p.returncode != 0:
             raise SystemExit(f"one seed {seed} failed:\n{p.stderr[-3000:]}")
@@ -223,7 +228,18 @@ def blob_transfer(size: int = 2**30) -> dict[str, Any]:
             "intact": ok}
 
 
-def plot(runs: dict[str, list[dict[str, Any]]], path: Path, labels: dict[str, str] | None = None) -> None:
+def collect_demos(root: Path, episodes: int) -> dict[str, Any]:
+    """``episodes`` scripted so101_reach demonstrations with the env's state (what FlashSAC reads) at ``root``."""
+    p = subprocess.run(cli("collect", "task=so101_reach", f"episodes={episodes}", f"dataset.root={root}",
+                           "env_state=true", "task.cameras=[]", "progress=false"), cwd=ROOT, env=env_vars(),
+                       capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        raise SystemExit(f"collecting demos failed:\n{p.stderr[-3000:]}")
+    return {"episodes": episodes, "log": p.stderr.strip().splitlines()[-1]}
+
+
+def plot(runs: dict[str, list[dict[str, Any]]], path: Path, labels: dict[str, str] | None = None,
+         title: str = "FlashSAC so101_reach: actor/learner split vs one process") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -240,7 +256,7 @@ def plot(runs: dict[str, list[dict[str, Any]]], path: Path, labels: dict[str, st
         names = labels or {"one": "one process\n16 envs", "split": "learner + actor\n16 envs"}
         ax.set_xticks(range(len(runs)), [names[arm] for arm in runs])
         ax.set_ylabel(label)
-    fig.suptitle("FlashSAC so101_reach: actor/learner split vs one process (bars: medians, dots: seeds)")
+    fig.suptitle(f"{title} (bars: medians, dots: seeds)")
     save_figure(fig, path)
 
 
@@ -262,6 +278,7 @@ def main() -> None:
     p.add_argument("--skip-blob", action="store_true")
     p.add_argument("--arms", nargs="+", default=["one", "split"], choices=["one", "split"])
     p.add_argument("--learner-args", nargs="*", default=[], help="extra learner settings of the split arm")
+    p.add_argument("--demos", type=int, default=0, help="scripted demos as both arms' demo_dataset (remote_demos)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--replot", action="store_true", help="redraw the PNG from the JSON in --out; no runs")
     a = p.parse_args()
@@ -270,9 +287,16 @@ def main() -> None:
         return
     data: dict[str, Any] = {"train_command": " ".join(["robot-rl", *TRAIN]), "cores": os.cpu_count()}
     goals = []
+    name = "remote_demos" if a.demos else "remote"
+    demo_dir = tempfile.TemporaryDirectory()
+    demo_args: tuple[str, ...] = ()
+    if a.demos and not a.skip_learning:
+        data["demos"] = collect_demos(Path(demo_dir.name) / "demos", a.demos)
+        demo_args = (f"demo_dataset.root={Path(demo_dir.name) / 'demos'}",)
     if not a.skip_learning:
         runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in a.arms}
-        arms = {"one": run_one, "split": lambda seed: run_split(seed, tuple(a.learner_args))}
+        arms = {"one": lambda seed: run_one(seed, demo_args),
+                "split": lambda seed: run_split(seed, (*a.learner_args, *demo_args))}
         data["split_learner_args"] = a.learner_args
         for seed in range(a.seeds):  # one run at a time, arms alternated
             for arm in a.arms:
@@ -291,8 +315,20 @@ def main() -> None:
             goals += [goal("env_steps_to_90_ratio_split_vs_one", summary["split"]["median_env_steps_to_90"]
                            / summary["one"]["median_env_steps_to_90"], 1.25, "<="),
                       goal("split_reached_90_all_seeds", summary["split"]["reached_90"], a.seeds, ">=")]
+        if a.demos and (RESULTS / "remote.json").is_file():  # the same runs without demos, as recorded
+            without = json.loads((RESULTS / "remote.json").read_text())
+            data["without_demos"] = {
+                "source": "remote.json: one process from its headline runs, the split from split_lead8_publish2 (the "
+                          "defaults), the same seeds",
+                "one": without["summary"]["one"], "split": without["split_lead8_publish2"]["summary"]}
+            for arm in runs:
+                goals.append(goal(f"env_steps_to_90_ratio_{arm}_demos_vs_{arm}", summary[arm]["median_env_steps_to_90"]
+                                  / data["without_demos"][arm]["median_env_steps_to_90"], 1.0, "<="))
         a.out.mkdir(parents=True, exist_ok=True)
-        plot(runs, a.out / "remote.png")
+        labels = {"one": "one process\n16 envs + demos", "split": "learner + actor\n16 envs + demos"} if a.demos else None
+        plot(runs, a.out / f"{name}.png", labels,
+             f"FlashSAC so101_reach with {a.demos} demos: split vs one process" if a.demos else
+             "FlashSAC so101_reach: actor/learner split vs one process")
     if not a.skip_drill:
         with tempfile.TemporaryDirectory() as tmp:
             drill = fault_drill(Path(tmp), small=False, num_envs=16, total_steps=30_000, steps_per_message=4)
@@ -307,7 +343,8 @@ def main() -> None:
         data["blob_1gib"] = blob = blob_transfer()
         print(json.dumps(blob), flush=True)
         goals.append(goal("e3_1gib_blob_intact", float(blob["intact"]), 1.0, ">="))
-    path = write_result("remote", data, goals, a.out)
+    demo_dir.cleanup()
+    path = write_result(name, data, goals, a.out)
     print(json.dumps(goals, indent=2))
     print(f"wrote {path}")
 

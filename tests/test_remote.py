@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.remote import actor_command, cli, env_vars, fault_drill, free_port, run_split
+from benchmarks.remote import TOKEN, actor_command, cli, env_vars, fault_drill, free_port, run_split
 from robot_rl.checkpoint import load_checkpoint
+from robot_rl.cli.build import build_training, compose
+from tests.test_lerobot_loader import tree_hash
 
 STEPS_PER_MESSAGE = 2
 NUM_ENVS = 4
@@ -117,3 +119,45 @@ def test_a_learner_waiting_for_actors_stops_on_its_clock_and_writes_one_checkpoi
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(list((run / "checkpoints").glob("iter_*"))) == 1
     assert len((run / "curve.jsonl").read_text().splitlines()) >= 3
+
+
+def test_a_remote_learner_mixes_its_demo_dataset_into_every_batch(tmp_path: Path, monkeypatch):
+    """demo_dataset.root with remote.listen: the demos load beside the learner (the dataset only read) and every
+    update draws its RLPD half from them, as in one process; hil.person stays refused."""
+    root = tmp_path / "demos"
+    out = subprocess.run(cli("collect", "task=so101_reach", "episodes=4", f"dataset.root={root}", "env_state=true",
+                             "task.cameras=[]", "sim.num_envs=2", "progress=false"), check=False, env=env_vars(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before = tree_hash(root)
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    port = free_port()
+    settings = ["task=so101_reach", "algo=flashsac", f"remote.listen=127.0.0.1:{port}", f"sim.num_envs={NUM_ENVS}",
+                "algo.learning_starts=64", "algo.batch_size=32", "algo.actor.hidden_dim=16",
+                "algo.critic.hidden_dim=16", "torch_threads=1", "total_steps=800", "eval.enabled=false",
+                "logger.progress=false", "logger.tensorboard=false", f"demo_dataset.root={root}"]
+    with pytest.raises(ValueError, match="hil.person yet"):
+        build_training(compose("train", [*settings, "hil.person=expert", f"run_dir={tmp_path / 'refused'}"]))
+    run = build_training(compose("train", [*settings, f"run_dir={tmp_path / 'run'}"]))
+    demo = run.runner.demo
+    assert demo is not None and demo.size == 32  # the 4 episodes' frames (8 each: reach's expert succeeds fast)
+    drawn: list[object] = []
+    update = run.algo.update
+
+    def watched(replay, offline=None):  # the real update, with what it was given noted
+        drawn.append(offline)
+        return update(replay, offline)
+
+    run.algo.update = watched
+    actor = subprocess.Popen(actor_command(port, tmp_path / "spool", f"sim.num_envs={NUM_ENVS}",
+                                           "remote.steps_per_message=2"), env=env_vars(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        run.runner.learn()
+        assert actor.wait(timeout=60) == 0
+    finally:
+        run.close()
+        if actor.poll() is None:
+            actor.kill()
+    assert len(drawn) > 10 and all(d is demo for d in drawn)
+    assert tree_hash(root) == before

@@ -358,7 +358,7 @@ def build_training(cfg: Any) -> Training:
     s = typed(TrainSettings, raw, "")
     group = from_environment(resolve_device(s.device))  # under torchrun: this process's rank (None alone)
     if remote_s.listen is not None:
-        check_remote_learner(group, demo_s, hil_s, reward_s, task_raw.get("name"), algo_raw.get("name"))
+        check_remote_learner(group, hil_s, reward_s, task_raw.get("name"), algo_raw.get("name"))
     device = rank_device(resolve_device(s.device), group)
     main = group is None or group.main  # the process that writes the run folder, logs and evaluates
     task_name, algo_name = task_raw.pop("name"), algo_raw.pop("name")
@@ -432,7 +432,7 @@ def build_training(cfg: Any) -> Training:
 
         shared = {f.name: getattr(s, f.name) for f in dataclasses.fields(RunLimits)}
         runner = RemoteLearnerRunner(env, algo, typed(OffPolicyRunnerConfig, {**shared, **runner_keys}, "algo"),
-                                     logger, checkpoints, meta, remote_s, run_dir)
+                                     logger, checkpoints, meta, remote_s, run_dir, demo)
     else:
         runner = build_runner(algo_name, env, algo, runner_keys, s, logger, checkpoints, meta, demo, update_threads,
                               hil)
@@ -449,18 +449,21 @@ def build_training(cfg: Any) -> Training:
                     run_dir, group)
 
 
-def check_remote_learner(group: ProcessGroup | None, demo: DemoDatasetSettings, hil: HilSettings,
-                         reward: RewardSettings, task: str | None, algo: str | None) -> None:
+def check_remote_learner(group: ProcessGroup | None, hil: HilSettings, reward: RewardSettings, task: str | None,
+                         algo: str | None) -> None:
     """What a learner fed by remote actors does not combine with, refused before anything is built."""
     if algorithm_entry(str(algo)).runner is not OffPolicyRunner:
         raise ValueError(f"remote.listen: remote actors feed an off-policy learner (algo=flashsac); algo={algo} "
                          "learns from its own current policy's rollouts")
-    clash = [name for name, on in (("torchrun (data-parallel)", group is not None),
-                                   ("demo_dataset.root", demo.root is not None), ("hil.person", hil.person is not None),
+    if group is not None:
+        raise ValueError("remote.listen does not combine with torchrun (data-parallel): one learner process serves "
+                         "the actors")
+    # (demo_dataset.root combines: the demos stay with the learner, mixed into its batches as in one process)
+    clash = [name for name, on in (("hil.person", hil.person is not None),
                                    ("reward.progress", reward.progress is not None)) if on]
     if clash:
         raise ValueError(f"remote.listen does not combine with {', '.join(clash)} yet: the actors step the envs, so "
-                         f"those run there; train task={task} in one process for them")
+                         f"those would run there; train task={task} in one process for them")
 
 
 def check_remote_resume(was: Any, now: Any, path: Path) -> None:

@@ -74,11 +74,13 @@ class RemoteLearnerRunner(RunnerLoop):
         logger, checkpoints, meta: as for the in-process runners.
         settings: ``remote.*``.
         run_dir: where the token (when made here) and the served address are written.
+        demo: an optional demonstration buffer (``demo_dataset``) mixed into every batch (RLPD), as in one process;
+            it lives here, beside the learner, and is rebuilt from its dataset on resume.
     """
 
     def __init__(self, env: VecEnv, algo: OffPolicyAlgorithm, cfg: OffPolicyRunnerConfig, logger: RunLogger,
                  checkpoints: CheckpointManager | None, meta: dict[str, Any], settings: RemoteSettings,
-                 run_dir: Path) -> None:
+                 run_dir: Path, demo: ReplayBuffer | None = None) -> None:
         if not isinstance(algo, OffPolicyAlgorithm):
             raise ValueError(f"remote actors need an off-policy learner (algo=flashsac); algo={algo.name} learns "  # noqa: TRY004
                              "from its own current policy's rollouts")
@@ -95,6 +97,7 @@ class RemoteLearnerRunner(RunnerLoop):
         per_slot = math.ceil(algo.replay_capacity / k)
         self.replays = [ReplayBuffer(per_slot, n, shapes, env.action_dim, self.device, dtypes) for _ in range(k)]
         self.sampler = Sources(*self.replays)
+        self.demo = demo
         cfg_a = getattr(algo, "cfg", None)
         exploration = {"zeta_s": float(getattr(cfg_a, "noise_zeta_s", 2.0)),
                        "max_repeat": float(getattr(cfg_a, "noise_max_repeat", 16))}
@@ -212,7 +215,7 @@ class RemoteLearnerRunner(RunnerLoop):
                 t0 = time.perf_counter()
                 algo.train_mode()
                 self.update_debt -= 1.0
-                for k, v in algo.update(self.sampler).items():
+                for k, v in algo.update(self.sampler, self.demo).items():
                     losses.setdefault(k, []).append(v)
                 self.updates += 1
                 if self.updates == 1 or self.updates % self.settings.publish_every == 0:
