@@ -123,7 +123,7 @@ def test_a_learner_waiting_for_actors_stops_on_its_clock_and_writes_one_checkpoi
 
 def test_a_remote_learner_mixes_its_demo_dataset_into_every_batch(tmp_path: Path, monkeypatch):
     """demo_dataset.root with remote.listen: the demos load beside the learner (the dataset only read) and every
-    update draws its RLPD half from them, as in one process; hil.person stays refused."""
+    update draws its RLPD half from them, as in one process; hil.person on the learner is pointed to the actors."""
     root = tmp_path / "demos"
     out = subprocess.run(cli("collect", "task=so101_reach", "episodes=4", f"dataset.root={root}", "env_state=true",
                              "task.cameras=[]", "sim.num_envs=2", "progress=false"), check=False, env=env_vars(),
@@ -134,9 +134,9 @@ def test_a_remote_learner_mixes_its_demo_dataset_into_every_batch(tmp_path: Path
     port = free_port()
     settings = ["task=so101_reach", "algo=flashsac", f"remote.listen=127.0.0.1:{port}", f"sim.num_envs={NUM_ENVS}",
                 "algo.learning_starts=64", "algo.batch_size=32", "algo.actor.hidden_dim=16",
-                "algo.critic.hidden_dim=16", "torch_threads=1", "total_steps=800", "eval.enabled=false",
+                "algo.critic.hidden_dim=16", "torch_threads=1", "total_steps=800", "max_minutes=3", "eval.enabled=false",
                 "logger.progress=false", "logger.tensorboard=false", f"demo_dataset.root={root}"]
-    with pytest.raises(ValueError, match="hil.person yet"):
+    with pytest.raises(ValueError, match="hil.person goes on the actors"):
         build_training(compose("train", [*settings, "hil.person=expert", f"run_dir={tmp_path / 'refused'}"]))
     run = build_training(compose("train", [*settings, f"run_dir={tmp_path / 'run'}"]))
     demo = run.runner.demo
@@ -161,3 +161,54 @@ def test_a_remote_learner_mixes_its_demo_dataset_into_every_batch(tmp_path: Path
             actor.kill()
     assert len(drawn) > 10 and all(d is demo for d in drawn)
     assert tree_hash(root) == before
+
+
+def test_a_person_on_the_actor_drives_tagged_transitions_into_the_learners_offline_half(tmp_path: Path, monkeypatch):
+    """robot-rl actor hil.person=expert (HIL-SERL's person, where the envs are): the scripted expert takes over every
+    episode after 3 steps; its transitions reach the learner tagged (the checkpoint's replay), the learner's updates
+    draw them as the offline half once the first arrived, and the episodes it touched do not count as the policy's
+    (the rolling statistics hold exactly the episodes the replay shows untouched)."""
+    from policies import keys
+    from robot_rl.buffers.interventions import Sources
+
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    port, run_dir = free_port(), tmp_path / "run"
+    run = build_training(compose("train", [
+        "task=so101_reach", "algo=flashsac", f"remote.listen=127.0.0.1:{port}", f"sim.num_envs={NUM_ENVS}",
+        "algo.learning_starts=64", "algo.batch_size=32", "algo.actor.hidden_dim=16", "algo.critic.hidden_dim=16",
+        "torch_threads=1", "total_steps=1200", "max_minutes=3", "eval.enabled=false", "logger.progress=false",
+        "logger.tensorboard=false", f"run_dir={run_dir}"]))
+    drawn: list[object] = []
+    update = run.algo.update
+
+    def watched(replay, offline=None):  # the real update, with what it was given noted
+        drawn.append(offline)
+        return update(replay, offline)
+
+    run.algo.update = watched
+    actor = subprocess.Popen(actor_command(port, tmp_path / "spool", f"sim.num_envs={NUM_ENVS}",
+                                           "remote.steps_per_message=2", "hil.person=expert", "hil.judge=deadline",
+                                           "hil.after=3"), env=env_vars(), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        run.runner.learn()
+        out, _ = actor.communicate(timeout=60)
+    finally:
+        run.close()
+        if actor.poll() is None:
+            actor.kill()
+    report = json.loads(out)
+    assert report["intervention_steps"] > 0 and report["hil"]["hil/takeovers"] > 0
+    assert run.runner.interventions > 0
+    assert drawn and isinstance(drawn[-1], Sources) and drawn[-1].size > 0  # the person's transitions, drawn apart
+    replay = load_checkpoint(run_dir).state["runner"]["replays"][0]
+    size = int(replay["size"])
+    tags = replay["actor"][:size]
+    assert int((tags == keys.ACTOR_HUMAN).sum()) == run.runner.interventions
+    done = replay["terminated"][:size] | replay["truncated"][:size]
+    alone, touched = 0, torch.zeros(NUM_ENVS, dtype=torch.bool)  # episodes the person never touched, from the replay
+    for row in range(size):
+        touched |= tags[row] != keys.ACTOR_POLICY
+        alone += int((done[row] & ~touched).sum())
+        touched &= ~done[row]
+    assert run.runner.stats.count == alone < int(done.sum()) / 2  # only those counted, and most were touched

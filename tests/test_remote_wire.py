@@ -256,7 +256,7 @@ def test_a_push_is_stored_once_and_gaps_are_counted(served):
         t = {"action": torch.zeros(1, 2, 3), "reward": torch.zeros(1, 2), "terminated": torch.zeros(1, 2, dtype=torch.bool),
              "truncated": torch.zeros(1, 2, dtype=torch.bool), "faulted": torch.zeros(1, 2, dtype=torch.bool),
              "actor": torch.zeros(1, 2, dtype=torch.long), "ep_return": torch.zeros(1, 2),
-             "ep_length": torch.zeros(1, 2), "ep_success": torch.zeros(1, 2),
+             "ep_length": torch.zeros(1, 2), "ep_success": torch.zeros(1, 2), "ep_counted": torch.zeros(1, 2, dtype=torch.bool),
              "obs.policy": torch.full((1, 2, 4), float(seq)), "next_obs.policy": torch.zeros(1, 2, 4)}
         msg = wire.encode({"kind": "transitions", "actor_id": 0, "seq": seq, "steps": 1, "session": "a1"}, t)
         return wire.decode(client.call("Push", msg, 5.0), "ack")[0]

@@ -7,6 +7,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from robot_rl.cli.config import HilSettings
 from robot_rl.remote.settings import RemoteSettings
 
 
@@ -19,6 +20,9 @@ class ActorCommand:
     torch_threads: int = 1  # torch intra-op threads for the policy's forward pass
     max_steps: int | None = None  # vector steps at most (None: until the learner stops)
     remote: RemoteSettings = field(default_factory=RemoteSettings)
+    # a person watching this actor's envs (hil.person=expert: the task's scripted expert plays them), as robot-rl
+    # train's hil.*: the transitions they drive go to the learner tagged, its offline half (HIL-SERL)
+    hil: HilSettings = field(default_factory=HilSettings)
     task: Any = None
     sim: Any = None
 
@@ -28,19 +32,21 @@ def actor(cfg: Any) -> dict[str, Any]:
     import torch
     from omegaconf import OmegaConf
 
-    from robot_rl.cli.build import build_env, seed_everything
+    from robot_rl.cli.build import build_env, build_hil, seed_everything
     from robot_rl.cli.config import typed
     from robot_rl.remote.actor import run_actor
 
     raw = OmegaConf.to_container(cfg, resolve=True)
     task_raw, sim_raw = raw.pop("task"), raw.pop("sim")
     remote = typed(RemoteSettings, raw.pop("remote"), "remote")
+    hil_s = typed(HilSettings, raw.pop("hil"), "hil")
     s = typed(ActorCommand, raw, "")
     seed_everything(s.seed)
     torch.set_num_threads(s.torch_threads)
     env = build_env(task_raw, sim_raw)
     with env:
-        report = run_actor(env, remote, task_raw["name"], s.seed, s.max_steps)
+        hil = build_hil(hil_s, None, env, s.seed)
+        report = run_actor(env, remote, task_raw["name"], s.seed, s.max_steps, hil)
     out = asdict(report)
     print(json.dumps(out))
     if report.holds:

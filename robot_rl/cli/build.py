@@ -177,10 +177,10 @@ def build_runner(name: str, env: VecEnv, algo: Algorithm, runner_keys: dict[str,
     return entry.runner(env, algo, cfg, logger, checkpoints, meta, **extra)
 
 
-def build_hil(settings: HilSettings, algo_name: str, env: VecEnv, seed: int = 0) -> InterventionAgent | None:
+def build_hil(settings: HilSettings, algo_name: str | None, env: VecEnv, seed: int = 0) -> InterventionAgent | None:
     """The intervention agent of ``hil.*`` (None when ``hil.person`` is unset): the task's scripted expert playing
     the person (its flaws below quality 1 drawn from ``seed``), stepping in as ``hil.judge`` says (``ActionGap`` or
-    ``Deadline``).
+    ``Deadline``). ``algo_name`` None: a remote actor's (its learner is off-policy, checked there).
 
     Raises:
         ValueError: ``algo`` is not off-policy, or the task has no scripted expert.
@@ -189,7 +189,7 @@ def build_hil(settings: HilSettings, algo_name: str, env: VecEnv, seed: int = 0)
         if settings != HilSettings():
             print("warning: hil.* settings do nothing without hil.person=expert (nobody takes over)", file=sys.stderr)
         return None
-    if algorithm_entry(algo_name).runner is not OffPolicyRunner:
+    if algo_name is not None and algorithm_entry(algo_name).runner is not OffPolicyRunner:
         raise ValueError(f"hil.person is for off-policy learners (algo=flashsac): a person's actions are off-policy "
                          f"data, which algo={algo_name} cannot learn from")
     from robot_rl.hil import ActionGap, Deadline
@@ -459,11 +459,13 @@ def check_remote_learner(group: ProcessGroup | None, hil: HilSettings, reward: R
         raise ValueError("remote.listen does not combine with torchrun (data-parallel): one learner process serves "
                          "the actors")
     # (demo_dataset.root combines: the demos stay with the learner, mixed into its batches as in one process)
-    clash = [name for name, on in (("hil.person", hil.person is not None),
-                                   ("reward.progress", reward.progress is not None)) if on]
-    if clash:
-        raise ValueError(f"remote.listen does not combine with {', '.join(clash)} yet: the actors step the envs, so "
-                         f"those would run there; train task={task} in one process for them")
+    if hil.person is not None:
+        raise ValueError("hil.person goes on the actors, where the envs are: robot-rl actor ... hil.person=expert "
+                         "(hil.judge, hil.after there too); the learner mixes the transitions they drove into RLPD's "
+                         "offline half by itself")
+    if reward.progress is not None:
+        raise ValueError(f"remote.listen does not combine with reward.progress yet: the actors step the envs, so "
+                         f"the shaping would run there; train task={task} in one process for it")
 
 
 def check_remote_resume(was: Any, now: Any, path: Path) -> None:

@@ -53,6 +53,8 @@ class ActorReport:
     dropped: int = 0  # messages the spool dropped over its limits
     detect_s: list[float] = field(default_factory=list)  # learner lost -> detected, per loss
     stopped_by_learner: bool = False
+    intervention_steps: int = 0  # env steps a person (hil.person) drove instead of the policy
+    hil: dict[str, float] = field(default_factory=dict)  # the intervention agent's report (hil.person), else empty
 
 
 def _load_blob(blob: bytes, folder: Path, current: Any = None) -> Any:
@@ -82,9 +84,12 @@ def _load_blob(blob: bytes, folder: Path, current: Any = None) -> Any:
     return load_policy(folder)
 
 
-def run_actor(env: VecEnv, settings: RemoteSettings, task: str, seed: int = 0, max_steps: int | None = None
-              ) -> ActorReport:
-    """Act for the learner at ``settings.address`` until it says stop (or ``max_steps`` vector steps).
+def run_actor(env: VecEnv, settings: RemoteSettings, task: str, seed: int = 0, max_steps: int | None = None,
+              hil: Any = None) -> ActorReport:
+    """Act for the learner at ``settings.address`` until it says stop (or ``max_steps`` vector steps). ``hil``: an
+    intervention agent (``robot_rl.hil.InterventionAgent``; HIL-SERL's person is where the envs are): it may take
+    over any env; the transitions say who acted, and only the episodes the policy drove alone count toward the
+    learner's success rate and stop rule.
 
     Raises:
         RemoteRefused: the learner refused this actor (bad token, another task or env size, a malformed answer).
@@ -108,8 +113,10 @@ def run_actor(env: VecEnv, settings: RemoteSettings, task: str, seed: int = 0, m
     link.start()
     report = ActorReport()
     try:
-        _act(env, s, link, spool, seed, max_steps, report)
+        _act(env, s, link, spool, seed, max_steps, report, hil)
     finally:
+        if hil is not None:
+            report.hil = hil.report()
         st = link.snapshot()
         link.close(flush_s=5.0 if st.stop and not st.refused else 0.0)
         st = link.snapshot()
@@ -118,7 +125,7 @@ def run_actor(env: VecEnv, settings: RemoteSettings, task: str, seed: int = 0, m
 
 
 def _act(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: int, max_steps: int | None,
-         report: ActorReport) -> None:
+         report: ActorReport, hil: Any = None) -> None:
     deadline = time.monotonic() + s.connect_timeout_s
     while not link.snapshot().connected:
         st = link.snapshot()
@@ -139,13 +146,13 @@ def _act(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: in
     seq = max(spool.last_seq, link.received) + 1
     folder = Path(tempfile.mkdtemp(prefix=f"robot_rl_actor_{s.actor_id}_"))  # the policy being run
     try:
-        _loop(env, s, link, spool, seed, max_steps, report, groups, noise, seq, folder)
+        _loop(env, s, link, spool, seed, max_steps, report, groups, noise, seq, folder, hil)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def _loop(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: int, max_steps: int | None,
-          report: ActorReport, groups: list[str], noise: RepeatedNoise, seq: int, folder: Path) -> None:
+          report: ActorReport, groups: list[str], noise: RepeatedNoise, seq: int, folder: Path, hil: Any) -> None:
     n, a = env.num_envs, env.action_dim
     policy: Any = None
     obs, _ = env.reset(seed=seed)
@@ -191,16 +198,25 @@ def _loop(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: i
             else:
                 mean, log_std = policy(obs)
                 action = explore(mean, log_std, noise())
-        next_obs, reward, terminated, truncated, info = env.step(action)
+        actor = None
+        if hil is not None:  # the person watching these envs may take over (their action is what gets applied)
+            action, actor = hil(obs, action)
+            report.intervention_steps += int((actor != keys.ACTOR_POLICY).sum())
+        next_obs, reward, terminated, truncated, info = env.step(action) if actor is None else env.step(
+            action, actor=actor)
         done = episode_mask(terminated, truncated)
         noise.reset(done)
+        ep = info.get(keys.EPISODE, {})
+        counted = done if hil is None else hil.alone(done)  # a person's help never counts as the policy's success
+        if hil is not None:
+            hil.end(done, ep.get(keys.EP_SUCCESS))
         applied = info.get(keys.APPLIED_ACTION)
         final = info[keys.FINAL_OBS]
         step = {"action": (action if applied is None else applied).float().cpu(),
                 "reward": reward.float().cpu(), "terminated": terminated.cpu(), "truncated": truncated.cpu(),
                 "faulted": info.get(keys.FAULTED, torch.zeros(n, dtype=torch.bool)).cpu(),
-                "actor": info.get(keys.ACTOR, torch.zeros(n, dtype=torch.long)).long().cpu()}
-        ep = info.get(keys.EPISODE, {})
+                "actor": info.get(keys.ACTOR, torch.zeros(n, dtype=torch.long)).long().cpu(),
+                "ep_counted": counted.to(torch.bool).cpu()}
         for k, key in (("ep_return", keys.EP_RETURN), ("ep_length", keys.EP_LENGTH), ("ep_success", keys.EP_SUCCESS)):
             step[k] = torch.where(done, ep[key].float(), 0.0).cpu() if key in ep else torch.zeros(n)
         for g in groups:

@@ -188,7 +188,7 @@ class LearnerHub:
             "terminated": ((steps, n), torch.bool), "truncated": ((steps, n), torch.bool),
             "faulted": ((steps, n), torch.bool), "actor": ((steps, n), torch.int64),
             "ep_return": ((steps, n), torch.float32), "ep_length": ((steps, n), torch.float32),
-            "ep_success": ((steps, n), torch.float32)}
+            "ep_success": ((steps, n), torch.float32), "ep_counted": ((steps, n), torch.bool)}
         for g, shape in s.obs_shapes.items():
             want[f"obs.{g}"] = ((steps, n, *shape), s.obs_dtypes[g])
             want[f"next_obs.{g}"] = ((steps, n, *shape), s.obs_dtypes[g])

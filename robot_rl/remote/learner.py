@@ -23,7 +23,7 @@ from safetensors.torch import save as st_save
 from policies import keys
 from policies.persistence import PROCESSOR_PREFIX, WEIGHTS_FILE, save_policy
 from robot_rl.algos.base import OffPolicyAlgorithm
-from robot_rl.buffers.interventions import Sources
+from robot_rl.buffers.interventions import Interventions, Sources
 from robot_rl.buffers.replay import ReplayBuffer
 from robot_rl.checkpoint import Checkpoint, CheckpointManager
 from robot_rl.env import VecEnv
@@ -98,6 +98,11 @@ class RemoteLearnerRunner(RunnerLoop):
         self.replays = [ReplayBuffer(per_slot, n, shapes, env.action_dim, self.device, dtypes) for _ in range(k)]
         self.sampler = Sources(*self.replays)
         self.demo = demo
+        # Transitions a person drove on an actor (hil.person there): RLPD's offline half as well, beside the demos
+        # (HIL-SERL), from the first one that arrives; until then the demos alone, as in one process.
+        self.interventions = 0
+        self._with_interventions = Sources(*[x for x in (demo,) if x is not None],
+                                           *(Interventions(r) for r in self.replays))
         cfg_a = getattr(algo, "cfg", None)
         exploration = {"zeta_s": float(getattr(cfg_a, "noise_zeta_s", 2.0)),
                        "max_repeat": float(getattr(cfg_a, "noise_max_repeat", 16))}
@@ -171,6 +176,7 @@ class RemoteLearnerRunner(RunnerLoop):
                               device=self.device), torch.ones(n, dtype=torch.bool, device=self.device), envs)
         dev = self.device
         groups = list(replay.obs)
+        self.interventions += int((t["actor"] != keys.ACTOR_POLICY).sum())
         for i in range(b.steps):
             obs = {g: t[f"obs.{g}"][i].to(dev) for g in groups}
             nxt = {g: t[f"next_obs.{g}"][i].to(dev) for g in groups}
@@ -181,7 +187,7 @@ class RemoteLearnerRunner(RunnerLoop):
             done = term | trunc
             info = {keys.EPISODE: {keys.EP_RETURN: t["ep_return"][i], keys.EP_LENGTH: t["ep_length"][i],
                                    keys.EP_SUCCESS: t["ep_success"][i]}}
-            self.stats.add(info, done.cpu())
+            self.stats.add(info, t["ep_counted"][i] & done.cpu())  # the episodes the policy drove alone
         self.steps[b.actor_id] += b.steps
         self.stored[b.actor_id] = b.seq
         self.env_steps += b.steps * n
@@ -215,7 +221,8 @@ class RemoteLearnerRunner(RunnerLoop):
                 t0 = time.perf_counter()
                 algo.train_mode()
                 self.update_debt -= 1.0
-                for k, v in algo.update(self.sampler, self.demo).items():
+                offline = self._with_interventions if self.interventions else self.demo
+                for k, v in algo.update(self.sampler, offline).items():
                     losses.setdefault(k, []).append(v)
                 self.updates += 1
                 if self.updates == 1 or self.updates % self.settings.publish_every == 0:
@@ -234,7 +241,7 @@ class RemoteLearnerRunner(RunnerLoop):
         steps = self.env_steps - env_steps0
         scalars.update({"perf/fps": steps / dt, "perf/update_fraction": update_s / dt, "perf/updates": self.updates,
                         "perf/update_debt": self.update_debt, "perf/iteration": self.iteration,
-                        "replay/transitions": self.transitions})
+                        "replay/transitions": self.transitions, "replay/interventions": self.interventions})
         self.logger.scalars(self.env_steps, scalars)
         ret, succ = summary.get("episode/return"), summary.get("episode/success_rate")
         self.logger.progress(steps, ret, succ)
@@ -273,6 +280,7 @@ class RemoteLearnerRunner(RunnerLoop):
                              "(remote.actors); resume it as it was started")
         for r, sd in zip(self.replays, runner["replays"], strict=True):
             r.load_state_dict(sd)
+        self.interventions = sum(r.num_interventions for r in self.replays)
         self.steps = [int(x) for x in remote["steps"]]
         self.stored = [int(x) for x in remote["received"]]
         self.hub.restore(self.stored)

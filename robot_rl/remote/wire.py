@@ -24,7 +24,7 @@ from safetensors.torch import save as st_save
 from policies.safetensors_check import MalformedFileError, check_safetensors
 
 HEADER_KEY = "robot_rl"
-WIRE_VERSION = 1
+WIRE_VERSION = 2  # 2: transitions carry ep_counted (the episodes the policy drove alone)
 MAX_MESSAGE_BYTES = 64 * 2**20  # one gRPC message (both ends are configured to this; gRPC's default is 4 MiB)
 CHUNK_BYTES = 4 * 2**20  # a parameter blob's chunk: well under MAX_MESSAGE_BYTES
 
