@@ -13,11 +13,15 @@
 
 With ``--demos N``: N scripted demonstrations (``robot-rl collect ... env_state=true``) as both arms'
 ``demo_dataset`` (RLPD's 50/50 batches; with the split they stay with the learner), written to
-``remote_demos.json`` / ``.png`` beside the runs without demos that ``remote.json`` holds.
+``remote_demos.json`` / ``.png`` beside the runs without demos that ``remote.json`` holds. With ``--hil``: the
+scripted expert as HIL-SERL's person (``hil.person=expert``, its default deadline judge), on ``robot-rl train`` in
+one process and on the actor in the split (where the envs are); success counts the policy's own episodes; written
+to ``remote_hil.json`` / ``.png`` with the expert's env steps.
 
     python benchmarks/remote.py                 # 2 seeds + drill + 1 GiB: ~15 min on 2 cores
     python benchmarks/remote.py --seeds 1 --skip-blob --out /tmp/res
     python benchmarks/remote.py --seeds 3 --demos 50 --skip-drill --skip-blob   # remote_demos.json: ~11 min
+    python benchmarks/remote.py --seeds 3 --hil --skip-drill --skip-blob         # remote_hil.json
 """
 
 from __future__ import annotations
@@ -71,7 +75,14 @@ def curve_to_90(run_dir: Path) -> dict[str, Any]:
     points = [json.loads(line) for line in (run_dir / "curve.jsonl").read_text().splitlines()]
     hit = next((p for p in points if (p.get("success_rate") or 0.0) >= 0.9), None)
     last = points[-1]
+    expert = None  # env steps a person drove up to the target (hil.person in one process: its curve's rates)
+    if hit is not None and any("intervention_rate" in p for p in points):
+        before, expert = 0, 0.0
+        for p in points[:points.index(hit) + 1]:
+            expert += p.get("intervention_rate", 0.0) * (p["env_steps"] - before)
+            before = p["env_steps"]
     return {"env_steps_to_90": None if hit is None else hit["env_steps"],
+            **({} if expert is None else {"expert_steps_to_90": round(expert)}),
             "wall_s_to_90": None if hit is None else round(hit["wall_s"], 2), "env_steps": last["env_steps"],
             "wall_s": round(last["wall_s"], 2), "env_steps_per_s": round(last["env_steps"] / last["wall_s"], 1)}
 
@@ -103,8 +114,11 @@ def run_split(seed: int, learner_extra: tuple[str, ...] = (), actor_extra: tuple
                 if p.poll() is None:
                     p.kill()
         report = json.loads(out)
-        return {"seed": seed, **curve_to_90(run_dir), "actor_wait_s": round(report["wait_s"], 1),
-                "policies_received": report["policies"]}
+        out = {"seed": seed, **curve_to_90(run_dir), "actor_wait_s": round(report["wait_s"], 1),
+               "policies_received": report["policies"]}
+        if report.get("hil"):  # a person on the actor: the run stops at the target, so these are its steps to it
+            out["expert_steps_to_90"] = report["intervention_steps"]
+        return out
 
 
 # ------------------------------------------------------------------------------------------------ drill
@@ -279,6 +293,7 @@ def main() -> None:
     p.add_argument("--arms", nargs="+", default=["one", "split"], choices=["one", "split"])
     p.add_argument("--learner-args", nargs="*", default=[], help="extra learner settings of the split arm")
     p.add_argument("--demos", type=int, default=0, help="scripted demos as both arms' demo_dataset (remote_demos)")
+    p.add_argument("--hil", action="store_true", help="the scripted expert as the person, both arms (remote_hil)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--replot", action="store_true", help="redraw the PNG from the JSON in --out; no runs")
     a = p.parse_args()
@@ -287,16 +302,23 @@ def main() -> None:
         return
     data: dict[str, Any] = {"train_command": " ".join(["robot-rl", *TRAIN]), "cores": os.cpu_count()}
     goals = []
-    name = "remote_demos" if a.demos else "remote"
+    if a.demos and a.hil:
+        p.error("--demos and --hil are separate variants: run them one at a time")
+    variant = "demos" if a.demos else "hil" if a.hil else None
+    name = f"remote_{variant}" if variant else "remote"
     demo_dir = tempfile.TemporaryDirectory()
-    demo_args: tuple[str, ...] = ()
+    one_args: tuple[str, ...] = ()
+    learner_args, actor_args = tuple(a.learner_args), ()
     if a.demos and not a.skip_learning:
         data["demos"] = collect_demos(Path(demo_dir.name) / "demos", a.demos)
-        demo_args = (f"demo_dataset.root={Path(demo_dir.name) / 'demos'}",)
+        one_args = (f"demo_dataset.root={Path(demo_dir.name) / 'demos'}",)
+        learner_args += one_args
+    if a.hil:  # the person is where the envs are: on robot-rl train in one process, on the actor in the split
+        one_args, actor_args = ("hil.person=expert",), ("hil.person=expert",)
     if not a.skip_learning:
         runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in a.arms}
-        arms = {"one": lambda seed: run_one(seed, demo_args),
-                "split": lambda seed: run_split(seed, (*a.learner_args, *demo_args))}
+        arms = {"one": lambda seed: run_one(seed, one_args),
+                "split": lambda seed: run_split(seed, learner_args, actor_args)}
         data["split_learner_args"] = a.learner_args
         for seed in range(a.seeds):  # one run at a time, arms alternated
             for arm in a.arms:
@@ -315,20 +337,27 @@ def main() -> None:
             goals += [goal("env_steps_to_90_ratio_split_vs_one", summary["split"]["median_env_steps_to_90"]
                            / summary["one"]["median_env_steps_to_90"], 1.25, "<="),
                       goal("split_reached_90_all_seeds", summary["split"]["reached_90"], a.seeds, ">=")]
-        if a.demos and (RESULTS / "remote.json").is_file():  # the same runs without demos, as recorded
+        for arm, rs in runs.items():
+            expert = [r["expert_steps_to_90"] for r in rs if "expert_steps_to_90" in r]
+            if expert:
+                summary[arm]["median_expert_steps_to_90"] = statistics.median(expert)
+        if variant and (RESULTS / "remote.json").is_file():  # the same runs without the variant, as recorded
             without = json.loads((RESULTS / "remote.json").read_text())
-            data["without_demos"] = {
+            data[f"without_{variant}"] = {
                 "source": "remote.json: one process from its headline runs, the split from split_lead8_publish2 (the "
                           "defaults), the same seeds",
                 "one": without["summary"]["one"], "split": without["split_lead8_publish2"]["summary"]}
             for arm in runs:
-                goals.append(goal(f"env_steps_to_90_ratio_{arm}_demos_vs_{arm}", summary[arm]["median_env_steps_to_90"]
-                                  / data["without_demos"][arm]["median_env_steps_to_90"], 1.0, "<="))
+                goals.append(goal(f"env_steps_to_90_ratio_{arm}_{variant}_vs_{arm}",
+                                  summary[arm]["median_env_steps_to_90"]
+                                  / data[f"without_{variant}"][arm]["median_env_steps_to_90"], 1.0, "<="))
         a.out.mkdir(parents=True, exist_ok=True)
-        labels = {"one": "one process\n16 envs + demos", "split": "learner + actor\n16 envs + demos"} if a.demos else None
-        plot(runs, a.out / f"{name}.png", labels,
-             f"FlashSAC so101_reach with {a.demos} demos: split vs one process" if a.demos else
-             "FlashSAC so101_reach: actor/learner split vs one process")
+        extra = {"demos": " + demos", "hil": " + expert person"}.get(variant or "", "")
+        labels = {"one": f"one process\n16 envs{extra}", "split": f"learner + actor\n16 envs{extra}"}
+        title = {"demos": f"FlashSAC so101_reach with {a.demos} demos: split vs one process",
+                 "hil": "FlashSAC so101_reach, the expert as the person (HIL): split vs one process"}
+        plot(runs, a.out / f"{name}.png", labels if variant else None,
+             title.get(variant or "", "FlashSAC so101_reach: actor/learner split vs one process"))
     if not a.skip_drill:
         with tempfile.TemporaryDirectory() as tmp:
             drill = fault_drill(Path(tmp), small=False, num_envs=16, total_steps=30_000, steps_per_message=4)
