@@ -212,3 +212,56 @@ def test_a_person_on_the_actor_drives_tagged_transitions_into_the_learners_offli
         alone += int((done[row] & ~touched).sum())
         touched &= ~done[row]
     assert run.runner.stats.count == alone < int(done.sum()) / 2  # only those counted, and most were touched
+
+
+def test_an_actor_shapes_its_rewards_at_the_discount_the_learner_sent(tmp_path: Path, monkeypatch):
+    """robot-rl actor reward.progress=<model>: the learner (its discount set to 0.9 to see it travel) stores exactly the
+    rewards that robot_rl.rewards.ShapedEnv gives here for the same env, seed and actions at γ = 0.9, not the task's
+    own; reward.progress on the learner itself is pointed to the actors."""
+    from robot_rl.cli.build import build_env, build_shaping
+    from robot_rl.cli.config import RewardSettings
+    from robot_rl.cli.main import main
+
+    demos, model = tmp_path / "demos", tmp_path / "progress"
+    assert main(["collect", "task=so101_reach", "episodes=6", f"dataset.root={demos}", "env_state=true",
+                 "task.cameras=[]", "sim.num_envs=2", "progress=false"]) == 0
+    assert main(["progress", f"dataset.root={demos}", f"run_dir={model}", "steps=20", "progress=false"]) == 0
+    monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
+    port, run_dir = free_port(), tmp_path / "run"
+    settings = ["task=so101_reach", "algo=flashsac", f"remote.listen=127.0.0.1:{port}", f"sim.num_envs={NUM_ENVS}",
+                "algo.learning_starts=64", "algo.batch_size=32", "algo.actor.hidden_dim=16",
+                "algo.critic.hidden_dim=16", "algo.gamma=0.9", "torch_threads=1", "total_steps=400",
+                "max_minutes=3", "eval.enabled=false", "logger.progress=false", "logger.tensorboard=false"]
+    with pytest.raises(ValueError, match="reward.progress goes on the actors"):
+        build_training(compose("train", [*settings, f"reward.progress={model}", f"run_dir={tmp_path / 'no'}"]))
+    run = build_training(compose("train", [*settings, f"run_dir={run_dir}"]))
+    actor = subprocess.Popen(actor_command(port, tmp_path / "spool", f"sim.num_envs={NUM_ENVS}", "seed=0",
+                                           "remote.steps_per_message=2", f"reward.progress={model}",
+                                           "reward.scale=5"), env=env_vars(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        run.runner.learn()
+        assert actor.wait(timeout=60) == 0
+    finally:
+        run.close()
+        if actor.poll() is None:
+            actor.kill()
+    replay = load_checkpoint(run_dir).state["runner"]["replays"][0]
+    size = int(replay["size"])
+    assert size >= 400 // NUM_ENVS
+    cfg = compose("actor", [f"sim.num_envs={NUM_ENVS}"])  # the actor's env, built as robot-rl actor builds it
+    plain = build_env(dict(cfg.task), dict(cfg.sim))
+    shaped = build_shaping(RewardSettings(progress=str(model), scale=5.0), build_env(dict(cfg.task), dict(cfg.sim)),
+                           0.9)
+    try:
+        plain.reset(seed=0)
+        shaped.reset(seed=0)
+        got, task_own, want = replay["reward"][:size], [], []
+        for row in range(size):
+            task_own.append(plain.step(replay["action"][row])[1])
+            want.append(shaped.step(replay["action"][row])[1])
+    finally:
+        plain.close()
+        shaped.close()
+    torch.testing.assert_close(got, torch.stack(want))
+    assert not torch.allclose(got, torch.stack(task_own))

@@ -188,6 +188,18 @@ def test_an_actor_of_another_task_or_size_is_refused_naming_what_differs(served)
     client.close()
 
 
+def test_the_welcome_carries_the_discount_and_a_shaping_actor_is_refused_where_demos_are_mixed():
+    """An actor shaping its rewards (reward.progress) learns the learner's discount from the welcome; a learner that
+    mixes demos (unshaped rewards) refuses it, naming both settings."""
+    spec = Spec("so101_reach", 2, 3, {"policy": (4,)}, {"policy": torch.float32}, gamma=0.9)
+    header, _ = wire.decode(LearnerHub(spec, actors=1).hello(_hello(shaped=True)), "welcome")
+    assert header["gamma"] == 0.9
+    with_demos = LearnerHub(Spec("so101_reach", 2, 3, {"policy": (4,)}, {"policy": torch.float32}, demos=True), 1)
+    wire.decode(with_demos.hello(_hello(shaped=False)), "welcome")  # not shaping: welcome
+    with pytest.raises(WireError, match=r"reward.progress.*demo_dataset.root"):
+        with_demos.hello(_hello(shaped=True))
+
+
 def test_token_file_and_environment(tmp_path: Path, monkeypatch):
     token = make_token(tmp_path)
     assert (tmp_path / "remote_token").stat().st_mode & 0o777 == 0o600

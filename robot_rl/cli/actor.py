@@ -7,7 +7,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from robot_rl.cli.config import HilSettings
+from robot_rl.cli.config import HilSettings, RewardSettings
 from robot_rl.remote.settings import RemoteSettings
 
 
@@ -23,6 +23,9 @@ class ActorCommand:
     # a person watching this actor's envs (hil.person=expert: the task's scripted expert plays them), as robot-rl
     # train's hil.*: the transitions they drive go to the learner tagged, its offline half (HIL-SERL)
     hil: HilSettings = field(default_factory=HilSettings)
+    # dense rewards from a progress model (reward.progress=<robot-rl progress folder>), as robot-rl train's reward.*:
+    # the shaping runs here, where the envs are, at the learner's discount
+    reward: RewardSettings = field(default_factory=RewardSettings)
     task: Any = None
     sim: Any = None
 
@@ -32,7 +35,7 @@ def actor(cfg: Any) -> dict[str, Any]:
     import torch
     from omegaconf import OmegaConf
 
-    from robot_rl.cli.build import build_env, build_hil, seed_everything
+    from robot_rl.cli.build import build_env, build_hil, build_shaping, seed_everything
     from robot_rl.cli.config import typed
     from robot_rl.remote.actor import run_actor
 
@@ -40,13 +43,16 @@ def actor(cfg: Any) -> dict[str, Any]:
     task_raw, sim_raw = raw.pop("task"), raw.pop("sim")
     remote = typed(RemoteSettings, raw.pop("remote"), "remote")
     hil_s = typed(HilSettings, raw.pop("hil"), "hil")
+    reward_s = typed(RewardSettings, raw.pop("reward"), "reward")
     s = typed(ActorCommand, raw, "")
     seed_everything(s.seed)
     torch.set_num_threads(s.torch_threads)
     env = build_env(task_raw, sim_raw)
     with env:
         hil = build_hil(hil_s, None, env, s.seed)
-        report = run_actor(env, remote, task_raw["name"], s.seed, s.max_steps, hil)
+        shape = None if reward_s.progress is None else (
+            lambda e, gamma: build_shaping(reward_s, e, gamma, learner="the learner (it sent no discount)"))
+        report = run_actor(env, remote, task_raw["name"], s.seed, s.max_steps, hil, shape)
     out = asdict(report)
     print(json.dumps(out))
     if report.holds:

@@ -243,9 +243,11 @@ def build_demo_buffer(settings: DemoDatasetSettings, algo_name: str, env: VecEnv
 
 
 # --------------------------------------------------------------------------------------------------- envs
-def build_shaping(settings: RewardSettings, env: VecEnv, algo: Algorithm, demo: Any = None) -> VecEnv:
+def build_shaping(settings: RewardSettings, env: VecEnv, gamma: float | None, demo: Any = None,
+                  learner: str = "the learner") -> VecEnv:
     """``env`` with dense rewards (``reward.progress``: ``robot_rl.rewards.ShapedEnv`` over a progress model, at the
-    learner's discount), or ``env`` itself; refuses a model that reads another observation than the env's."""
+    learner's discount ``gamma``), or ``env`` itself; refuses a model that reads another observation than the env's
+    (``learner`` names the learner in the error when it has no discount)."""
     if settings.progress is None:
         return env
     from robot_rl.rewards import ShapedEnv
@@ -263,9 +265,8 @@ def build_shaping(settings: RewardSettings, env: VecEnv, algo: Algorithm, demo: 
     several = len(model.tasks) > 1
     if several:
         model.task_index(list(env.instructions))  # an instruction it never saw: refused now, naming it
-    gamma = getattr(algo.cfg, "gamma", None)
     if gamma is None:
-        raise ValueError(f"reward.progress shapes at the learner's discount, and {type(algo).__name__} has none")
+        raise ValueError(f"reward.progress shapes at the learner's discount, and {learner} has none")
     return ShapedEnv(env, model.potential, gamma=float(gamma), scale=settings.scale, reads_instructions=several)
 
 
@@ -396,7 +397,7 @@ def build_training(cfg: Any) -> Training:
               f"{algo.obs_groups}); drop task.cameras to train without the rendering cost", file=sys.stderr)
     demo = build_demo_buffer(demo_s, algo_name, env, algo, task_cfg, device)  # before any write: a bad one fails here
     hil = build_hil(hil_s, algo_name, env, s.seed)
-    env = build_shaping(reward_s, env, algo, demo)
+    env = build_shaping(reward_s, env, getattr(getattr(algo, "cfg", None), "gamma", None), demo, type(algo).__name__)
     meta = {"task": task_name, "algo": algo_name, "obs_spec": env.obs_spec.to_json(), "action_dim": env.action_dim,
             "task_config": dataclasses.asdict(task_cfg), "config": full}
     if group is not None:
@@ -464,8 +465,8 @@ def check_remote_learner(group: ProcessGroup | None, hil: HilSettings, reward: R
                          "(hil.judge, hil.after there too); the learner mixes the transitions they drove into RLPD's "
                          "offline half by itself")
     if reward.progress is not None:
-        raise ValueError(f"remote.listen does not combine with reward.progress yet: the actors step the envs, so "
-                         f"the shaping would run there; train task={task} in one process for it")
+        raise ValueError("reward.progress goes on the actors, where the envs are: robot-rl actor ... "
+                         "reward.progress=<model> (they shape at this learner's discount, which it tells them)")
 
 
 def check_remote_resume(was: Any, now: Any, path: Path) -> None:

@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,11 +86,12 @@ def _load_blob(blob: bytes, folder: Path, current: Any = None) -> Any:
 
 
 def run_actor(env: VecEnv, settings: RemoteSettings, task: str, seed: int = 0, max_steps: int | None = None,
-              hil: Any = None) -> ActorReport:
+              hil: Any = None, shape: Callable[[VecEnv, float | None], VecEnv] | None = None) -> ActorReport:
     """Act for the learner at ``settings.address`` until it says stop (or ``max_steps`` vector steps). ``hil``: an
     intervention agent (``robot_rl.hil.InterventionAgent``; HIL-SERL's person is where the envs are): it may take
     over any env; the transitions say who acted, and only the episodes the policy drove alone count toward the
-    learner's success rate and stop rule.
+    learner's success rate and stop rule. ``shape(env, gamma)``: the env with dense rewards at the learner's
+    discount ``gamma`` (``reward.progress``; applied once connected, when the learner has told its discount).
 
     Raises:
         RemoteRefused: the learner refused this actor (bad token, another task or env size, a malformed answer).
@@ -108,12 +110,12 @@ def run_actor(env: VecEnv, settings: RemoteSettings, task: str, seed: int = 0, m
                   s.spool_max_mb * 2**20)
     shapes = {g: list(shape) for g, shape in env.obs_spec.shapes.items()}
     hello = {"actor_id": s.actor_id, "task": task, "num_envs": env.num_envs, "action_dim": env.action_dim,
-             "obs_shapes": shapes, "session": secrets.token_hex(8)}
+             "obs_shapes": shapes, "session": secrets.token_hex(8), "shaped": shape is not None}
     link = ActorLink(client, hello, spool, s.heartbeat_s, s.deadline_s)
     link.start()
     report = ActorReport()
     try:
-        _act(env, s, link, spool, seed, max_steps, report, hil)
+        _act(env, s, link, spool, seed, max_steps, report, hil, shape)
     finally:
         if hil is not None:
             report.hil = hil.report()
@@ -125,7 +127,8 @@ def run_actor(env: VecEnv, settings: RemoteSettings, task: str, seed: int = 0, m
 
 
 def _act(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: int, max_steps: int | None,
-         report: ActorReport, hil: Any = None) -> None:
+         report: ActorReport, hil: Any = None, shape: Callable[[VecEnv, float | None], VecEnv] | None = None
+         ) -> None:
     deadline = time.monotonic() + s.connect_timeout_s
     while not link.snapshot().connected:
         st = link.snapshot()
@@ -140,6 +143,8 @@ def _act(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: in
         raise ValueError(f"remote.steps_per_message={s.steps_per_message} is more than the learner lets an actor run "
                          f"ahead (remote.max_lead_steps={link.max_lead_steps}): send at most that many per message")
     print(f"actor {s.actor_id}: connected to the learner at {s.address}", file=sys.stderr)
+    if shape is not None:  # dense rewards at the learner's discount
+        env = shape(env, link.gamma)
     n, a = env.num_envs, env.action_dim
     noise = RepeatedNoise(n, a, link.exploration.get("zeta_s", 2.0), int(link.exploration.get("max_repeat", 16)),
                           torch.device("cpu"))

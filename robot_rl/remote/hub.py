@@ -54,6 +54,8 @@ class Spec:
     obs_dtypes: dict[str, torch.dtype]
     exploration: dict[str, float] = field(default_factory=dict)  # the actors' exploration noise settings
     max_lead_steps: int = -1  # how far an actor may run ahead (-1: no limit); its messages must be shorter
+    gamma: float | None = None  # the learner's discount: an actor shaping its rewards (reward.progress) uses it
+    demos: bool = False  # the learner mixes demos (unshaped rewards) into its batches: shaping actors are refused
 
 
 @dataclass
@@ -95,7 +97,7 @@ class LearnerHub:
                   "allowed": slot.allowed, "version": self.version, "stop": self.stop}
         if kind == "welcome":
             header.update(groups=sorted(self.spec.obs_shapes), exploration=self.spec.exploration,
-                          max_lead_steps=self.spec.max_lead_steps)
+                          max_lead_steps=self.spec.max_lead_steps, gamma=self.spec.gamma)
         return wire.encode(header)
 
     def _slot(self, header: dict[str, Any]) -> tuple[int, Slot]:
@@ -119,6 +121,10 @@ class LearnerHub:
             if theirs[k] != want:
                 raise WireError(f"actor {a} does not fit this learner: its {k} is {theirs[k]}, the learner's "
                                 f"{want} (start the actor with the learner's task and sim.num_envs)")
+        if header.get("shaped") and s.demos:
+            raise WireError(f"actor {a} shapes its rewards (reward.progress) and this learner mixes demos whose "
+                            "rewards are not shaped (demo_dataset.root): the two would teach different returns; "
+                            "use one of them")
         session = wire.field(header, "session", str)
         with self.lock:
             slot.hellos += 1

@@ -107,7 +107,9 @@ class RemoteLearnerRunner(RunnerLoop):
         exploration = {"zeta_s": float(getattr(cfg_a, "noise_zeta_s", 2.0)),
                        "max_repeat": float(getattr(cfg_a, "noise_max_repeat", 16))}
         lead = -1 if settings.max_lead_steps is None else settings.max_lead_steps
-        self.hub = LearnerHub(Spec(meta.get("task", ""), n, env.action_dim, shapes, dtypes, exploration, lead), k)
+        gamma = getattr(cfg_a, "gamma", None)
+        self.hub = LearnerHub(Spec(meta.get("task", ""), n, env.action_dim, shapes, dtypes, exploration, lead,
+                                   None if gamma is None else float(gamma), demo is not None), k)
         self.stats = EpisodeStats(cfg.success_window)
         self.iteration, self.env_steps, self.elapsed_s, self.update_debt = 0, 0, 0.0, 0.0
         self.sim_s = 0.0  # no env steps here

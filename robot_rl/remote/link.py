@@ -70,6 +70,7 @@ class ActorLink:
         self.wait_above = -1  # >= 0: the loop is held at this many steps by its allowance (status long-polls)
         self.groups: list[str] = []  # observation groups the learner stores (from its welcome)
         self.exploration: dict[str, float] = {}  # the learner's exploration-noise settings
+        self.gamma: float | None = None  # the learner's discount (for reward shaping on the actor)
         self.max_lead_steps = -1  # the learner's remote.max_lead_steps (-1: none)
         self.thread = threading.Thread(target=self._run, name="actor-link", daemon=True)
 
@@ -149,6 +150,8 @@ class ActorLink:
         self.groups = [str(g) for g in wire.field(reply, "groups", list)]
         self.exploration = dict(wire.field(reply, "exploration", dict))
         self.max_lead_steps = int(wire.field(reply, "max_lead_steps", int))
+        gamma = reply.get("gamma")
+        self.gamma = float(gamma) if isinstance(gamma, (int, float)) and not isinstance(gamma, bool) else None
         if reply["session"] != self.session:  # a new learner process: resend what it lacks, take its policy
             self.session, self.received = reply["session"], int(reply.get("received", -1))
             with self.lock:
