@@ -212,6 +212,131 @@ def fault_drill(tmp: Path, total_steps: int = 12_000, num_envs: int = 4, steps_p
     return out
 
 
+# ------------------------------------------------------------------------------------------------ E4
+class SlowLink:
+    """A userspace stand-in for ``tc netem`` (whose qdisc this machine's kernel lacks): a TCP proxy on localhost
+    that holds every chunk it forwards, each way, for ``delay_s``, plus a retransmission wait for each time it
+    "loses" it (probability ``loss`` per try, as TCP would resend a lost segment: 0.2 s, then doubling), keeping each
+    direction's byte order. Not packet loss itself (TCP hides that from both ends anyway): the delays it causes."""
+
+    def __init__(self, target_port: int, delay_s: float = 0.5, loss: float = 0.3, seed: int = 0) -> None:
+        import random
+        import threading
+
+        self.target, self.delay_s, self.loss = target_port, delay_s, loss
+        self.rng, self.lock = random.Random(seed), threading.Lock()
+        self.server = socket.socket()
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(16)
+        self.port = self.server.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _hold_s(self) -> float:
+        with self.lock:
+            extra, rto = 0.0, 0.2
+            while self.rng.random() < self.loss:
+                extra, rto = extra + rto, min(rto * 2, 3.0)
+        return self.delay_s + extra
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self.closed:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:  # the learner is not up (yet): the client sees the connection drop and retries
+                client.close()
+                continue
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        import queue
+        import threading
+
+        q: queue.Queue = queue.Queue()
+
+        def send() -> None:
+            while True:
+                due, data = q.get()
+                if data is None:
+                    break
+                time.sleep(max(0.0, due - time.monotonic()))
+                try:
+                    dst.sendall(data)
+                except OSError:
+                    break
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        threading.Thread(target=send, daemon=True).start()
+        last = 0.0
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                q.put((0.0, None))
+                return
+            last = max(last, time.monotonic() + self._hold_s())  # in order: never before the previous chunk
+            q.put((last, data))
+
+    def close(self) -> None:
+        self.closed = True
+        self.server.close()
+
+
+def degraded_network(minutes: float = 10.0, delay_s: float = 0.5, loss: float = 0.3) -> dict[str, Any]:
+    """E4: a learner and one actor of 16 envs for ``minutes`` through ``SlowLink`` (the actor never waits for the
+    training, ``remote.max_lead_steps=null``, as a robot's should not): the actor's control-loop ticks, its safe
+    holds and reconnects, and whether the learner kept training (its updates per minute)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run, port, llog = Path(tmp) / "run", free_port(), Path(tmp) / "learner.log"
+        learner = subprocess.Popen(cli(*TRAIN[:3], f"total_steps={10**9}", f"max_minutes={minutes}",
+                                       "eval.enabled=false", "logger.progress=false", "logger.tensorboard=false",
+                                       f"run_dir={run}", f"remote.listen=127.0.0.1:{port}",
+                                       "remote.max_lead_steps=null"),
+                                   cwd=ROOT, env=env_vars(), stdout=llog.open("wb"), stderr=subprocess.STDOUT)
+        link = SlowLink(port, delay_s, loss)
+        actor = subprocess.Popen(actor_command(link.port, Path(tmp) / "spool", "remote.connect_timeout_s=120"),
+                                 cwd=ROOT, env=env_vars(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        start = time.monotonic()
+        try:
+            out, err = actor.communicate(timeout=60 * minutes + 600)
+            learner_rc = learner.wait(timeout=300)
+        finally:
+            for p in (learner, actor):
+                if p.poll() is None:
+                    p.kill()
+            link.close()
+        wall = time.monotonic() - start
+        if actor.returncode != 0 or learner_rc != 0:
+            raise SystemExit(f"degraded-network drill failed:\n{llog.read_text()[-3000:]}\n{err[-3000:]}")
+        report = json.loads(out)
+        points = [json.loads(line) for line in (run / "curve.jsonl").read_text().splitlines()]
+        per_minute: dict[int, int] = {}
+        for p in points:
+            per_minute[int(p["wall_s"] // 60)] = int(p["updates"])
+        updates = [per_minute[m] - per_minute.get(m - 1, 0) for m in sorted(per_minute)]
+    return {"minutes": minutes, "delay_s": delay_s, "loss": loss, "wall_s": round(wall, 1),
+            "emulation": "userspace TCP proxy (SlowLink), not tc netem: this kernel has no netem qdisc",
+            "tick_ms": report["tick_ms"], "vector_steps": report["vector_steps"], "messages": report["messages"],
+            "holds": report["holds"], "hold_s": round(report["hold_s"], 1), "reconnects": report["reconnects"],
+            "dropped": report["dropped"], "policies_received": report["policies"],
+            "stopped_by_learner": report["stopped_by_learner"], "updates_per_minute": updates,
+            "env_steps_received": points[-1]["env_steps"], "updates": points[-1]["updates"]}
+
+
 # ------------------------------------------------------------------------------------------------ E3
 def blob_transfer(size: int = 2**30) -> dict[str, Any]:
     """One ``size``-byte blob through ``Parameters`` on localhost: seconds, MB/s, digest equal."""
@@ -294,6 +419,8 @@ def main() -> None:
     p.add_argument("--learner-args", nargs="*", default=[], help="extra learner settings of the split arm")
     p.add_argument("--demos", type=int, default=0, help="scripted demos as both arms' demo_dataset (remote_demos)")
     p.add_argument("--hil", action="store_true", help="the scripted expert as the person, both arms (remote_hil)")
+    p.add_argument("--degraded-minutes", type=float, default=0.0,
+                   help="E4: a learner and actor through a slow, lossy link for this long (remote_degraded)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--replot", action="store_true", help="redraw the PNG from the JSON in --out; no runs")
     a = p.parse_args()
@@ -304,6 +431,18 @@ def main() -> None:
     goals = []
     if a.demos and a.hil:
         p.error("--demos and --hil are separate variants: run them one at a time")
+    if a.degraded_minutes:  # E4 alone
+        data = {"degraded_network": degraded_network(a.degraded_minutes)}
+        d = data["degraded_network"]
+        print(json.dumps(d), flush=True)
+        goals = [goal("e4_control_tick_p99_ms", d["tick_ms"]["p99"], 40.0, "<="),
+                 goal("e4_finished_without_deadlock", float(d["stopped_by_learner"]), 1.0, ">="),
+                 goal("e4_learner_updates_every_minute", float(min(d["updates_per_minute"][1:-1] or [0]) > 0), 1.0,
+                      ">=")]
+        path = write_result("remote_degraded", data, goals, a.out)
+        print(json.dumps(goals, indent=2))
+        print(f"wrote {path}")
+        return
     variant = "demos" if a.demos else "hil" if a.hil else None
     name = f"remote_{variant}" if variant else "remote"
     demo_dir = tempfile.TemporaryDirectory()

@@ -283,6 +283,69 @@ def test_a_push_is_stored_once_and_gaps_are_counted(served):
     client.close()
 
 
+def _transitions(seq: int, steps: int = 1) -> bytes:
+    t = {"action": torch.zeros(steps, 2, 3), "reward": torch.full((steps, 2), float(seq)),
+         "terminated": torch.zeros(steps, 2, dtype=torch.bool), "truncated": torch.zeros(steps, 2, dtype=torch.bool),
+         "faulted": torch.zeros(steps, 2, dtype=torch.bool), "actor": torch.zeros(steps, 2, dtype=torch.long),
+         "ep_return": torch.zeros(steps, 2), "ep_length": torch.zeros(steps, 2), "ep_success": torch.zeros(steps, 2),
+         "ep_counted": torch.zeros(steps, 2, dtype=torch.bool), "obs.policy": torch.zeros(steps, 2, 4),
+         "next_obs.policy": torch.zeros(steps, 2, 4)}
+    return wire.encode({"kind": "transitions", "actor_id": 0, "seq": seq, "steps": steps, "session": "a1"}, t)
+
+
+def test_a_bundle_of_messages_is_stored_in_order_and_its_parts_are_checked_like_any(served):
+    """A backlog crosses in one Push: the messages of a bundle are stored in order (a resent one counted as a
+    duplicate), acknowledged after the last; a malformed or pickled part, a part of another kind or a bundle whose
+    entries differ from its count is refused (INVALID_ARGUMENT) as a lone message would be."""
+    hub, port = served
+    client = LearnerClient(f"127.0.0.1:{port}", TOKEN)
+    client.call("Hello", _hello(), 5.0)
+    ack, _ = wire.decode(client.call("Push", wire.bundle([_transitions(0), _transitions(1), _transitions(2)]), 5.0),
+                         "ack")
+    assert ack["received"] == 2
+    ack, _ = wire.decode(client.call("Push", wire.bundle([_transitions(2), _transitions(3)]), 5.0), "ack")
+    assert ack["received"] == 3 and hub.counters()["remote/duplicates"] == 1.0
+    got = hub.drain()
+    assert [b.seq for b in got] == [0, 1, 2, 3] and [float(b.tensors["reward"][0, 0]) for b in got] == [0, 1, 2, 3]
+    for bad in (wire.bundle([_transitions(4), b"\x00" * 40]), wire.bundle([pickle.dumps(object())]),
+                wire.encode({"kind": "bundle", "count": 2}, {"m0": torch.zeros(3, dtype=torch.uint8)}),
+                wire.bundle([wire.encode({"kind": "status", "actor_id": 0})])):
+        with pytest.raises(grpc.RpcError) as err:
+            client.call("Push", bad, 5.0)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    client.close()
+
+
+def test_a_link_sends_a_backlog_in_bundles(served, tmp_path: Path, monkeypatch):
+    """Ten messages waiting in the spool (a learner that was away) reach it in order in three Push calls of at most
+    four messages, not ten round trips."""
+    hub, _ = served
+    pushes: list[int] = []
+    real = hub.push
+
+    def counted(request: bytes) -> bytes:
+        header, _ = wire.decode(request)
+        pushes.append(int(header.get("count", 1)))
+        return real(request)
+
+    monkeypatch.setattr(hub, "push", counted)
+    server, port = serve(hub.handlers(), "127.0.0.1:0", TOKEN)
+    spool = Spool(tmp_path / "spool")
+    for seq in range(10):
+        spool.put(seq, _transitions(seq))
+    link = ActorLink(LearnerClient(f"127.0.0.1:{port}", TOKEN), _hello_header(), spool, 0.05, 2.0, max_per_push=4)
+    link.start()
+    try:
+        deadline = time.monotonic() + 20
+        while link.received < 9 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        link.close()
+        server.stop(0)
+    assert link.received == 9 and pushes == [4, 4, 2]
+    assert [b.seq for b in hub.drain()] == list(range(10))
+
+
 def _link(port: int, tmp: Path, heartbeat_s: float, deadline_s: float) -> ActorLink:
     """An actor's link (the served fixture's actor) to the learner on ``port``."""
     return ActorLink(LearnerClient(f"127.0.0.1:{port}", TOKEN), _hello_header(), Spool(tmp / "spool"), heartbeat_s,

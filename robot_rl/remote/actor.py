@@ -55,6 +55,9 @@ class ActorReport:
     detect_s: list[float] = field(default_factory=list)  # learner lost -> detected, per loss
     stopped_by_learner: bool = False
     intervention_steps: int = 0  # env steps a person (hil.person) drove instead of the policy
+    # the control loop's ticks (a policy action, the env step, the message to the spool), in ms: p50 / p99 / max;
+    # the network's calls run on another thread (RELIABILITY.md E4: p99 <= 40 ms whatever the network does)
+    tick_ms: dict[str, float] = field(default_factory=dict)
     hil: dict[str, float] = field(default_factory=dict)  # the intervention agent's report (hil.person), else empty
 
 
@@ -111,12 +114,18 @@ def run_actor(env: VecEnv, settings: RemoteSettings, task: str, seed: int = 0, m
     shapes = {g: list(shape) for g, shape in env.obs_spec.shapes.items()}
     hello = {"actor_id": s.actor_id, "task": task, "num_envs": env.num_envs, "action_dim": env.action_dim,
              "obs_shapes": shapes, "session": secrets.token_hex(8), "shaped": shape is not None}
-    link = ActorLink(client, hello, spool, s.heartbeat_s, s.deadline_s)
+    link = ActorLink(client, hello, spool, s.heartbeat_s, s.deadline_s, s.max_messages_per_push,
+                     s.max_message_mb * 2**20 // 4)
     link.start()
     report = ActorReport()
+    ticks: list[float] = []  # seconds per control tick
     try:
-        _act(env, s, link, spool, seed, max_steps, report, hil, shape)
+        _act(env, s, link, spool, seed, max_steps, report, ticks, hil, shape)
     finally:
+        if ticks:
+            t = torch.tensor(ticks, dtype=torch.float64) * 1e3
+            report.tick_ms = {"p50": round(float(t.quantile(0.5)), 2), "p99": round(float(t.quantile(0.99)), 2),
+                              "max": round(float(t.max()), 2), "count": len(ticks)}
         if hil is not None:
             report.hil = hil.report()
         st = link.snapshot()
@@ -127,8 +136,8 @@ def run_actor(env: VecEnv, settings: RemoteSettings, task: str, seed: int = 0, m
 
 
 def _act(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: int, max_steps: int | None,
-         report: ActorReport, hil: Any = None, shape: Callable[[VecEnv, float | None], VecEnv] | None = None
-         ) -> None:
+         report: ActorReport, ticks: list[float], hil: Any = None,
+         shape: Callable[[VecEnv, float | None], VecEnv] | None = None) -> None:
     deadline = time.monotonic() + s.connect_timeout_s
     while not link.snapshot().connected:
         st = link.snapshot()
@@ -151,13 +160,14 @@ def _act(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: in
     seq = max(spool.last_seq, link.received) + 1
     folder = Path(tempfile.mkdtemp(prefix=f"robot_rl_actor_{s.actor_id}_"))  # the policy being run
     try:
-        _loop(env, s, link, spool, seed, max_steps, report, groups, noise, seq, folder, hil)
+        _loop(env, s, link, spool, seed, max_steps, report, ticks, groups, noise, seq, folder, hil)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def _loop(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: int, max_steps: int | None,
-          report: ActorReport, groups: list[str], noise: RepeatedNoise, seq: int, folder: Path, hil: Any) -> None:
+          report: ActorReport, ticks: list[float], groups: list[str], noise: RepeatedNoise, seq: int, folder: Path,
+          hil: Any) -> None:
     n, a = env.num_envs, env.action_dim
     policy: Any = None
     obs, _ = env.reset(seed=seed)
@@ -197,6 +207,7 @@ def _loop(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: i
             report.wait_s += time.monotonic() - t0
             continue
         link.held(-1)
+        tick = time.perf_counter()
         with torch.no_grad():
             if policy is None:
                 action = torch.rand(n, a) * 2.0 - 1.0
@@ -241,3 +252,4 @@ def _loop(env: VecEnv, s: RemoteSettings, link: ActorLink, spool: Spool, seed: i
             report.messages += 1
             pending = []
             link.notify()
+        ticks.append(time.perf_counter() - tick)

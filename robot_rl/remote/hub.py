@@ -135,8 +135,19 @@ class LearnerHub:
         return reply
 
     def push(self, request: bytes) -> bytes:
-        """One message of transitions: checked, queued (unless a duplicate), acknowledged."""
-        header, tensors = wire.decode(request, "transitions")
+        """One message of transitions, or a bundle of them (in order): each checked, queued (unless a duplicate);
+        acknowledged after the last."""
+        header, tensors = wire.decode(request)
+        if header.get("kind") == "bundle":
+            ack = b""
+            for message in wire.unbundle(header, tensors):
+                ack = self._push(*wire.decode(message, "transitions"))
+            return ack
+        if header.get("kind") != "transitions":
+            raise WireError(f"expected a 'transitions' or 'bundle' message, got {str(header.get('kind'))[:40]!r}")
+        return self._push(header, tensors)
+
+    def _push(self, header: dict[str, Any], tensors: dict[str, torch.Tensor]) -> bytes:
         a, slot = self._slot(header)
         seq, steps = wire.field(header, "seq", int), wire.field(header, "steps", int)
         if wire.field(header, "session", str) != slot.session:

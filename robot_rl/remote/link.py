@@ -56,8 +56,9 @@ class ActorLink:
     """
 
     def __init__(self, client: LearnerClient, hello: dict[str, Any], spool: Spool, heartbeat_s: float,
-                 deadline_s: float) -> None:
+                 deadline_s: float, max_per_push: int = 1, max_push_bytes: int = wire.MAX_MESSAGE_BYTES // 4) -> None:
         self.client, self.hello_header, self.spool = client, hello, spool
+        self.max_per_push, self.max_push_bytes = max(1, max_per_push), max_push_bytes
         self.heartbeat_s, self.deadline_s = heartbeat_s, deadline_s
         self.lock = threading.Lock()
         self.wake = threading.Event()  # the loop has something for the thread (a message, a new hold)
@@ -176,6 +177,20 @@ class ActorLink:
             with self.lock:
                 self.state.chunk_errors += 1  # asked again on the next round
 
+    def _next_push(self) -> bytes | None:
+        """The spool's oldest messages the learner lacks: one, or a bundle of up to ``max_per_push`` (within
+        ``max_push_bytes``) when a backlog waits."""
+        messages, size, after = [], 0, self.received
+        while len(messages) < self.max_per_push:
+            nxt = self.spool.first_after(after)
+            if nxt is None or (messages and size + len(nxt[1]) > self.max_push_bytes):
+                break
+            messages.append(nxt[1])
+            size, after = size + len(nxt[1]), nxt[0]
+        if len(messages) <= 1:
+            return messages[0] if messages else None
+        return wire.bundle(messages, max_bytes=2 * self.max_push_bytes)
+
     def _run(self) -> None:
         backoff = 0.1
         actor_id = self.hello_header["actor_id"]
@@ -185,9 +200,9 @@ class ActorLink:
                 if not self.state.connected:
                     self._hello()
                     backoff = 0.1
-                nxt = self.spool.first_after(self.received)
+                nxt = self._next_push()
                 if nxt is not None:
-                    reply, _ = wire.decode(self.client.call("Push", nxt[1], self.deadline_s), "ack")
+                    reply, _ = wire.decode(self.client.call("Push", nxt, self.deadline_s), "ack")
                 else:
                     held = self.wait_above if self.wait_above != polled else -1
                     request = {"kind": "status", "actor_id": actor_id, **({"wait_above": held} if held >= 0 else {})}

@@ -27,6 +27,9 @@ class RemoteSettings:
     address: str | None = None  # the learner's HOST:PORT
     actor_id: int = 0  # this actor's slot
     steps_per_message: int = 4  # vector steps per message
+    # messages one Push may carry when a backlog waits (a bundle, up to max_message_mb / 4 in all): on a slow link
+    # one message per round trip caps throughput (through a 0.5 s + 30 % loss link, about one message a second)
+    max_messages_per_push: int = 32
     spool_dir: str | None = None  # where unsent transitions wait (default: runs/actor_<id>_spool)
     spool_max_messages: int = 10_000  # messages kept while the learner is away (the oldest dropped first)
     spool_max_mb: int = 1024  # ... and bytes
@@ -44,7 +47,7 @@ class RemoteSettings:
 
     def __post_init__(self) -> None:
         for name in ("actors", "publish_every", "steps_per_message", "spool_max_messages", "spool_max_mb",
-                     "max_missed", "max_message_mb"):
+                     "max_missed", "max_message_mb", "max_messages_per_push"):
             if getattr(self, name) < 1:
                 raise ValueError(f"remote.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_lead_steps is not None and self.max_lead_steps < 1:

@@ -61,6 +61,29 @@ def encode(header: dict[str, Any], tensors: dict[str, torch.Tensor] | None = Non
     return data
 
 
+def bundle(messages: list[bytes], max_bytes: int = MAX_MESSAGE_BYTES) -> bytes:
+    """Several encoded messages as one (``kind`` "bundle"): a backlog crosses in one round trip instead of one per
+    message, which on a slow link (a robot far from its learner) caps what gets through."""
+    return encode({"kind": "bundle", "count": len(messages)},
+                  {f"m{i}": torch.frombuffer(bytearray(m), dtype=torch.uint8) for i, m in enumerate(messages)},
+                  max_bytes=max_bytes)
+
+
+def unbundle(header: dict[str, Any], tensors: dict[str, torch.Tensor]) -> list[bytes]:
+    """The messages of a decoded bundle, in order (each still to be decoded and checked like any other).
+
+    Raises:
+        WireError: the bundle's entries are not exactly m0 .. m<count - 1>, bytes each.
+    """
+    count = field(header, "count", int)
+    names = [f"m{i}" for i in range(count)]
+    if not 1 <= count <= 4096 or set(tensors) != set(names):
+        raise WireError(f"malformed bundle: {count} messages declared, entries {sorted(tensors)[:8]}")
+    if any(tensors[n].dtype != torch.uint8 or tensors[n].dim() != 1 for n in names):
+        raise WireError("malformed bundle: an entry is not a flat byte tensor")
+    return [tensors[n].numpy().tobytes() for n in names]
+
+
 def decode(data: bytes, kind: str | None = None,
            max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(header, tensors) of a message from a peer; checked before it is parsed.
