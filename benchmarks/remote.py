@@ -337,6 +337,29 @@ def degraded_network(minutes: float = 10.0, delay_s: float = 0.5, loss: float = 
             "env_steps_received": points[-1]["env_steps"], "updates": points[-1]["updates"]}
 
 
+def plot_degraded(d: dict[str, Any], path: Path) -> None:
+    """remote_degraded.png: the learner's updates per minute and the actor's control ticks (p50, p99, the 40 ms
+    bound) through the slow link."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    ups = d["updates_per_minute"]
+    axes[0].bar(range(len(ups)), ups, color="C0", alpha=0.7)
+    axes[0].set_xlabel("minute of the run")
+    axes[0].set_ylabel("learner updates")
+    t = d["tick_ms"]
+    axes[1].bar([0, 1], [t["p50"], t["p99"]], color=["C1", "C3"], alpha=0.7)
+    axes[1].axhline(40.0, color="k", ls="--", lw=1, label="E4 bound (p99 40 ms)")
+    axes[1].set_xticks([0, 1], ["p50", "p99"])
+    axes[1].set_ylabel("actor control tick (ms)")
+    axes[1].legend(loc="upper left", fontsize=8)
+    fig.suptitle(f"E4: {d['delay_s']} s delay + {d['loss']:.0%} loss (userspace proxy) for {d['minutes']:g} min")
+    save_figure(fig, path)
+
+
 # ------------------------------------------------------------------------------------------------ E3
 def blob_transfer(size: int = 2**30) -> dict[str, Any]:
     """One ``size``-byte blob through ``Parameters`` on localhost: seconds, MB/s, digest equal."""
@@ -439,6 +462,8 @@ def main() -> None:
                  goal("e4_finished_without_deadlock", float(d["stopped_by_learner"]), 1.0, ">="),
                  goal("e4_learner_updates_every_minute", float(min(d["updates_per_minute"][1:-1] or [0]) > 0), 1.0,
                       ">=")]
+        a.out.mkdir(parents=True, exist_ok=True)
+        plot_degraded(d, a.out / "remote_degraded.png")
         path = write_result("remote_degraded", data, goals, a.out)
         print(json.dumps(goals, indent=2))
         print(f"wrote {path}")
