@@ -100,7 +100,7 @@ class RemoteLearnerRunner(RunnerLoop):
         self.demo = demo
         # Transitions a person drove on an actor (hil.person there): RLPD's offline half as well, beside the demos
         # (HIL-SERL), from the first one that arrives; until then the demos alone, as in one process.
-        self.interventions = 0
+        self.interventions = 0  # non-policy transitions received (after a resume: those the replays hold)
         self._with_interventions = Sources(*[x for x in (demo,) if x is not None],
                                            *(Interventions(r) for r in self.replays))
         cfg_a = getattr(algo, "cfg", None)
