@@ -121,6 +121,39 @@ def test_a_learner_waiting_for_actors_stops_on_its_clock_and_writes_one_checkpoi
     assert len((run / "curve.jsonl").read_text().splitlines()) >= 3
 
 
+def _small_learner(port: int, total_steps: int, *extra: str) -> list[str]:
+    """An in-process learner's settings: so101_reach, tiny networks, stopped by its step budget (or 3 minutes)."""
+    return ["task=so101_reach", "algo=flashsac", f"remote.listen=127.0.0.1:{port}", f"sim.num_envs={NUM_ENVS}",
+            "algo.learning_starts=64", "algo.batch_size=32", "algo.actor.hidden_dim=16", "algo.critic.hidden_dim=16",
+            "torch_threads=1", f"total_steps={total_steps}", "max_minutes=3", "eval.enabled=false",
+            "logger.progress=false", "logger.tensorboard=false", *extra]
+
+
+def _learn_beside_an_actor(run, port: int, spool: Path, *actor_args: str) -> tuple[list[object], dict]:
+    """Train ``run`` (built in this process) while a real ``robot-rl actor`` feeds it; returns what each update was
+    given as its offline half (the real update, watched) and the actor's report."""
+    drawn: list[object] = []
+    update = run.algo.update
+
+    def watched(replay, offline=None):
+        drawn.append(offline)
+        return update(replay, offline)
+
+    run.algo.update = watched
+    actor = subprocess.Popen(actor_command(port, spool, f"sim.num_envs={NUM_ENVS}", "remote.steps_per_message=2",
+                                           *actor_args), env=env_vars(), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        run.runner.learn()
+        out, _ = actor.communicate(timeout=60)
+        assert actor.returncode == 0
+    finally:
+        run.close()
+        if actor.poll() is None:
+            actor.kill()
+    return drawn, json.loads(out)
+
+
 def test_a_remote_learner_mixes_its_demo_dataset_into_every_batch(tmp_path: Path, monkeypatch):
     """demo_dataset.root with remote.listen: the demos load beside the learner (the dataset only read) and every
     update draws its RLPD half from them, as in one process; hil.person on the learner is pointed to the actors."""
@@ -132,33 +165,13 @@ def test_a_remote_learner_mixes_its_demo_dataset_into_every_batch(tmp_path: Path
     before = tree_hash(root)
     monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
     port = free_port()
-    settings = ["task=so101_reach", "algo=flashsac", f"remote.listen=127.0.0.1:{port}", f"sim.num_envs={NUM_ENVS}",
-                "algo.learning_starts=64", "algo.batch_size=32", "algo.actor.hidden_dim=16",
-                "algo.critic.hidden_dim=16", "torch_threads=1", "total_steps=800", "max_minutes=3", "eval.enabled=false",
-                "logger.progress=false", "logger.tensorboard=false", f"demo_dataset.root={root}"]
+    settings = _small_learner(port, 800, f"demo_dataset.root={root}")
     with pytest.raises(ValueError, match="hil.person goes on the actors"):
         build_training(compose("train", [*settings, "hil.person=expert", f"run_dir={tmp_path / 'refused'}"]))
     run = build_training(compose("train", [*settings, f"run_dir={tmp_path / 'run'}"]))
     demo = run.runner.demo
     assert demo is not None and demo.size == 32  # the 4 episodes' frames (8 each: reach's expert succeeds fast)
-    drawn: list[object] = []
-    update = run.algo.update
-
-    def watched(replay, offline=None):  # the real update, with what it was given noted
-        drawn.append(offline)
-        return update(replay, offline)
-
-    run.algo.update = watched
-    actor = subprocess.Popen(actor_command(port, tmp_path / "spool", f"sim.num_envs={NUM_ENVS}",
-                                           "remote.steps_per_message=2"), env=env_vars(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        run.runner.learn()
-        assert actor.wait(timeout=60) == 0
-    finally:
-        run.close()
-        if actor.poll() is None:
-            actor.kill()
+    drawn, _ = _learn_beside_an_actor(run, port, tmp_path / "spool")
     assert len(drawn) > 10 and all(d is demo for d in drawn)
     assert tree_hash(root) == before
 
@@ -173,31 +186,9 @@ def test_a_person_on_the_actor_drives_tagged_transitions_into_the_learners_offli
 
     monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
     port, run_dir = free_port(), tmp_path / "run"
-    run = build_training(compose("train", [
-        "task=so101_reach", "algo=flashsac", f"remote.listen=127.0.0.1:{port}", f"sim.num_envs={NUM_ENVS}",
-        "algo.learning_starts=64", "algo.batch_size=32", "algo.actor.hidden_dim=16", "algo.critic.hidden_dim=16",
-        "torch_threads=1", "total_steps=1200", "max_minutes=3", "eval.enabled=false", "logger.progress=false",
-        "logger.tensorboard=false", f"run_dir={run_dir}"]))
-    drawn: list[object] = []
-    update = run.algo.update
-
-    def watched(replay, offline=None):  # the real update, with what it was given noted
-        drawn.append(offline)
-        return update(replay, offline)
-
-    run.algo.update = watched
-    actor = subprocess.Popen(actor_command(port, tmp_path / "spool", f"sim.num_envs={NUM_ENVS}",
-                                           "remote.steps_per_message=2", "hil.person=expert", "hil.judge=deadline",
-                                           "hil.after=3"), env=env_vars(), stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
-    try:
-        run.runner.learn()
-        out, _ = actor.communicate(timeout=60)
-    finally:
-        run.close()
-        if actor.poll() is None:
-            actor.kill()
-    report = json.loads(out)
+    run = build_training(compose("train", _small_learner(port, 1200, f"run_dir={run_dir}")))
+    drawn, report = _learn_beside_an_actor(run, port, tmp_path / "spool", "hil.person=expert", "hil.judge=deadline",
+                                           "hil.after=3")
     assert report["intervention_steps"] > 0 and report["hil"]["hil/takeovers"] > 0
     assert run.runner.interventions > 0
     assert drawn and isinstance(drawn[-1], Sources) and drawn[-1].size > 0  # the person's transitions, drawn apart
@@ -228,24 +219,11 @@ def test_an_actor_shapes_its_rewards_at_the_discount_the_learner_sent(tmp_path: 
     assert main(["progress", f"dataset.root={demos}", f"run_dir={model}", "steps=20", "progress=false"]) == 0
     monkeypatch.setenv("ROBOT_RL_TOKEN", TOKEN)
     port, run_dir = free_port(), tmp_path / "run"
-    settings = ["task=so101_reach", "algo=flashsac", f"remote.listen=127.0.0.1:{port}", f"sim.num_envs={NUM_ENVS}",
-                "algo.learning_starts=64", "algo.batch_size=32", "algo.actor.hidden_dim=16",
-                "algo.critic.hidden_dim=16", "algo.gamma=0.9", "torch_threads=1", "total_steps=400",
-                "max_minutes=3", "eval.enabled=false", "logger.progress=false", "logger.tensorboard=false"]
+    settings = _small_learner(port, 400, "algo.gamma=0.9")
     with pytest.raises(ValueError, match="reward.progress goes on the actors"):
         build_training(compose("train", [*settings, f"reward.progress={model}", f"run_dir={tmp_path / 'no'}"]))
     run = build_training(compose("train", [*settings, f"run_dir={run_dir}"]))
-    actor = subprocess.Popen(actor_command(port, tmp_path / "spool", f"sim.num_envs={NUM_ENVS}", "seed=0",
-                                           "remote.steps_per_message=2", f"reward.progress={model}",
-                                           "reward.scale=5"), env=env_vars(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    try:
-        run.runner.learn()
-        assert actor.wait(timeout=60) == 0
-    finally:
-        run.close()
-        if actor.poll() is None:
-            actor.kill()
+    _learn_beside_an_actor(run, port, tmp_path / "spool", "seed=0", f"reward.progress={model}", "reward.scale=5")
     replay = load_checkpoint(run_dir).state["runner"]["replays"][0]
     size = int(replay["size"])
     assert size >= 400 // NUM_ENVS

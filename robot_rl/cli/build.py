@@ -359,7 +359,7 @@ def build_training(cfg: Any) -> Training:
     s = typed(TrainSettings, raw, "")
     group = from_environment(resolve_device(s.device))  # under torchrun: this process's rank (None alone)
     if remote_s.listen is not None:
-        check_remote_learner(group, hil_s, reward_s, task_raw.get("name"), algo_raw.get("name"))
+        check_remote_learner(group, hil_s, reward_s, algo_raw.get("name"))
     device = rank_device(resolve_device(s.device), group)
     main = group is None or group.main  # the process that writes the run folder, logs and evaluates
     task_name, algo_name = task_raw.pop("name"), algo_raw.pop("name")
@@ -450,7 +450,7 @@ def build_training(cfg: Any) -> Training:
                     run_dir, group)
 
 
-def check_remote_learner(group: ProcessGroup | None, hil: HilSettings, reward: RewardSettings, task: str | None,
+def check_remote_learner(group: ProcessGroup | None, hil: HilSettings, reward: RewardSettings,
                          algo: str | None) -> None:
     """What a learner fed by remote actors does not combine with, refused before anything is built."""
     if algorithm_entry(str(algo)).runner is not OffPolicyRunner:
