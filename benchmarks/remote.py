@@ -30,12 +30,15 @@ import argparse
 import hashlib
 import json
 import os
+import queue
+import random
 import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -220,9 +223,6 @@ class SlowLink:
     direction's byte order. Not packet loss itself (TCP hides that from both ends anyway): the delays it causes."""
 
     def __init__(self, target_port: int, delay_s: float = 0.5, loss: float = 0.3, seed: int = 0) -> None:
-        import random
-        import threading
-
         self.target, self.delay_s, self.loss = target_port, delay_s, loss
         self.rng, self.lock = random.Random(seed), threading.Lock()
         self.server = socket.socket()
@@ -241,8 +241,6 @@ class SlowLink:
         return self.delay_s + extra
 
     def _accept(self) -> None:
-        import threading
-
         while not self.closed:
             try:
                 client, _ = self.server.accept()
@@ -257,9 +255,6 @@ class SlowLink:
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        import queue
-        import threading
-
         q: queue.Queue = queue.Queue()
 
         def send() -> None:

@@ -128,6 +128,8 @@ def test_spool_is_bounded_drops_oldest_and_survives_a_restart(tmp_path: Path):
         s.put(i, bytes([i]) * 10)
     assert list(s.pending()) == [2, 3, 4] and s.dropped == 2 and s.last_seq == 4
     assert s.first_after(2) == (3, bytes([3]) * 10) and s.first_after(4) is None
+    assert [q for q, _ in s.after(0, count=2)] == [2, 3] and [q for q, _ in s.after(0, 5, max_bytes=15)] == [2]
+    assert s.holds_after(3) and not s.holds_after(4)
     with pytest.raises(ValueError, match="must increase"):
         s.put(4, b"x")
     s.release(3)

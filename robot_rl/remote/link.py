@@ -108,7 +108,7 @@ class ActorLink:
     def close(self, flush_s: float = 0.0) -> None:
         """Stop the thread, after up to ``flush_s`` seconds of pushing what is spooled."""
         deadline = time.monotonic() + flush_s
-        while flush_s > 0 and time.monotonic() < deadline and self.spool.first_after(self.received) is not None:
+        while flush_s > 0 and time.monotonic() < deadline and self.spool.holds_after(self.received):
             if not self.snapshot().connected:
                 break
             time.sleep(0.02)
@@ -180,13 +180,7 @@ class ActorLink:
     def _next_push(self) -> bytes | None:
         """The spool's oldest messages the learner lacks: one, or a bundle of up to ``max_per_push`` (within
         ``max_push_bytes``) when a backlog waits."""
-        messages, size, after = [], 0, self.received
-        while len(messages) < self.max_per_push:
-            nxt = self.spool.first_after(after)
-            if nxt is None or (messages and size + len(nxt[1]) > self.max_push_bytes):
-                break
-            messages.append(nxt[1])
-            size, after = size + len(nxt[1]), nxt[0]
+        messages = [m for _, m in self.spool.after(self.received, self.max_per_push, self.max_push_bytes)]
         if len(messages) <= 1:
             return messages[0] if messages else None
         return wire.bundle(messages, max_bytes=2 * self.max_push_bytes)

@@ -74,12 +74,27 @@ class Spool:
         self.bytes -= self.index.pop(seq)
         self._path(seq).unlink(missing_ok=True)
 
+    def after(self, seq: int, count: int = 1, max_bytes: int | None = None) -> list[tuple[int, bytes]]:
+        """Up to ``count`` of the oldest held messages with sequence numbers above ``seq``, in order, within
+        ``max_bytes`` in all (the first whatever its size): chosen in one pass over the index, then read."""
+        picked, size = [], 0
+        for s, n in self.index.items():
+            if s <= seq:
+                continue
+            if len(picked) == count or (picked and max_bytes is not None and size + n > max_bytes):
+                break
+            picked.append(s)
+            size += n
+        return [(s, self._path(s).read_bytes()) for s in picked]
+
     def first_after(self, seq: int) -> tuple[int, bytes] | None:
         """The oldest held message with a sequence number above ``seq`` (None: none)."""
-        for s in self.index:
-            if s > seq:
-                return s, self._path(s).read_bytes()
-        return None
+        got = self.after(seq)
+        return got[0] if got else None
+
+    def holds_after(self, seq: int) -> bool:
+        """Whether a message above ``seq`` waits (from the index alone: nothing is read)."""
+        return self.last_seq > seq
 
     def release(self, upto: int) -> None:
         """Forget every message with a sequence number <= ``upto``."""
